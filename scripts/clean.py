@@ -1,0 +1,37 @@
+"""Clean: enforce types by column role, normalise text, drop exact duplicates. Unusable rows go
+to the rejects file with a reason naming the column; in = out + rejects + duplicates, checked."""
+
+from dataclasses import asdict
+from pathlib import Path
+
+from account_tax import cli
+from account_tax.clean import clean
+from account_tax.io import write_json
+from account_tax.settings import DataSpec
+
+
+def main() -> None:
+    parser = cli.parser(__doc__)
+    parser.add_argument("--input", type=Path, required=True, help="ingested records Parquet")
+    parser.add_argument("--output", type=Path, required=True, help="clean records Parquet")
+    parser.add_argument("--rejects", type=Path, required=True, help="rejected rows Parquet")
+    parser.add_argument("--counts", type=Path, required=True, help="row counts JSON")
+    parser.add_argument(
+        "--no-label", action="store_true", help="records without labels (new records to predict)"
+    )
+    args = parser.parse_args()
+    options = args.settings.get("clean", {})
+    counts = clean(
+        args.input,
+        DataSpec.from_config(args.settings),
+        args.output,
+        args.rejects,
+        case=options.get("case", "lower"),
+        drop_duplicates=options.get("drop_duplicates", True),
+        require_label=not args.no_label,
+    )
+    write_json(args.counts, asdict(counts))
+
+
+if __name__ == "__main__":
+    cli.run(main)

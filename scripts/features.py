@@ -1,0 +1,26 @@
+"""Features: derived fields (date parts, log amounts and amount magnitudes, digit masking) and
+the label map with a stable id for every class, including classes without samples."""
+
+from pathlib import Path
+
+from account_tax import cli
+from account_tax.features import build_features
+from account_tax.plots import plot_class_distribution
+from account_tax.settings import DataSpec
+
+
+def main() -> None:
+    parser = cli.parser(__doc__)
+    parser.add_argument("--input", type=Path, required=True, help="clean records Parquet")
+    parser.add_argument("--output", type=Path, required=True, help="records with features")
+    parser.add_argument("--label-map", type=Path, required=True, help="label map JSON to write")
+    parser.add_argument("--plot", type=Path, required=True, help="class distribution PNG")
+    args = parser.parse_args()
+    spec = DataSpec.from_config(args.settings)
+    options = args.settings.get("features", {})
+    mapping = build_features(args.input, spec, options, args.output, args.label_map)
+    plot_class_distribution(mapping["counts"], args.plot, "Classes after cleaning")
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,20 @@
+"""Ingest: read the raw table named by the config's `data` section (CSV, Parquet, or the
+bundled US-GAAP mapping) and write the configured columns plus `source_row` to Parquet."""
+
+from pathlib import Path
+
+from account_tax import cli
+from account_tax.ingest import ingest
+from account_tax.settings import DataSpec
+
+
+def main() -> None:
+    parser = cli.parser(__doc__)
+    parser.add_argument("--input", type=Path, help="raw table (default: the config's data.path)")
+    parser.add_argument("--output", type=Path, required=True, help="records Parquet to write")
+    args = parser.parse_args()
+    ingest(DataSpec.from_config(args.settings), args.output, args.input)
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,27 @@
+"""Serialize: each record of one split becomes `name: value | name: value` (fields, names and
+template from the config's `serialize` section) plus its label id, ready for tokenization."""
+
+from pathlib import Path
+
+from account_tax import cli
+from account_tax.serialize import serialize
+from account_tax.settings import DataSpec
+
+
+def main() -> None:
+    parser = cli.parser(__doc__)
+    parser.add_argument("--input", type=Path, required=True, help="one split's Parquet")
+    parser.add_argument("--label-map", type=Path, required=True, help="label map JSON")
+    parser.add_argument("--output", type=Path, required=True, help="serialized Parquet")
+    args = parser.parse_args()
+    serialize(
+        args.input,
+        DataSpec.from_config(args.settings),
+        args.settings["serialize"],
+        args.label_map,
+        args.output,
+    )
+
+
+if __name__ == "__main__":
+    cli.run(main)

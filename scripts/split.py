@@ -1,0 +1,24 @@
+"""Split: stratified train/validation/test by seed; classes too small to stratify go to train
+and are listed in split_report.json with the per-class counts and each split's sha256."""
+
+from pathlib import Path
+
+from account_tax import cli
+from account_tax.plots import plot_split_distribution
+from account_tax.settings import DataSpec
+from account_tax.split import split
+
+
+def main() -> None:
+    parser = cli.parser(__doc__)
+    parser.add_argument("--input", type=Path, required=True, help="records with features")
+    parser.add_argument("--out-dir", type=Path, required=True, help="folder for the split files")
+    parser.add_argument("--plot", type=Path, required=True, help="per-split distribution PNG")
+    args = parser.parse_args()
+    spec = DataSpec.from_config(args.settings)
+    report = split(args.input, spec, args.settings.get("split", {}), args.out_dir)
+    plot_split_distribution(report["per_class"], args.plot)
+
+
+if __name__ == "__main__":
+    cli.run(main)

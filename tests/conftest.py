@@ -1,0 +1,28 @@
+"""Shared fixtures. Thread caps come first: these machines have 2 cores and tests run beside
+other work, so every library gets one or two threads."""
+
+import os
+
+os.environ.setdefault("POLARS_MAX_THREADS", "2")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def write_csv(tmp_path):
+    """Write rows (dicts, all values as text) to a CSV in tmp_path and return its path."""
+
+    def write(rows: list[dict], name: str = "ledger.csv") -> Path:
+        path = tmp_path / name
+        pl.DataFrame(rows, schema={k: pl.String for k in rows[0]}).write_csv(path)
+        return path
+
+    return write

@@ -1,0 +1,151 @@
+import polars as pl
+import pytest
+from sample_ledger import ledger_row, ledger_spec
+
+from account_tax.clean import REASON, clean, normalise_text
+from account_tax.errors import DataError
+from account_tax.ingest import ingest
+
+
+def run_clean(tmp_path, csv_path, **kwargs):
+    """Ingest and clean a CSV; return (counts, clean frame, rejects frame)."""
+    spec = kwargs.pop("spec", None) or ledger_spec(csv_path)
+    records = tmp_path / "records.parquet"
+    ingest(spec, records)
+    out, rejects = tmp_path / "clean.parquet", tmp_path / "rejects.parquet"
+    counts = clean(records, spec, out, rejects, **kwargs)
+    return counts, pl.read_parquet(out), pl.read_parquet(rejects)
+
+
+def test_text_is_nfkc_normalised_whitespace_collapsed_and_cased():
+    # Fullwidth letters and the "fi" ligature: NFKC turns both into plain ASCII.
+    values = pl.Series(
+        ["  \uff2f\uff46\uff46\uff49\uff43\uff45\t chairs\n", "\ufb01le", "   ", None]
+    )
+    lowered = pl.select(normalise_text(pl.lit(values), "lower")).to_series().to_list()
+    assert lowered == ["office chairs", "file", None, None]
+    kept = pl.select(normalise_text(pl.lit(values), "preserve")).to_series().to_list()
+    assert kept[0] == "Office chairs"
+
+
+def test_types_are_enforced_per_role(tmp_path, write_csv):
+    path = write_csv([ledger_row(1, amount=" -12.5 ", date="2024-02-29")])
+    counts, frame, _ = run_clean(tmp_path, path)
+    assert counts.rows_out == 1
+    assert frame.schema["amount"] == pl.Float64
+    assert frame.schema["date"] == pl.Date
+    assert frame.get_column("amount").to_list() == [-12.5]
+    assert str(frame.get_column("date")[0]) == "2024-02-29"
+
+
+def test_labels_keep_their_case(tmp_path, write_csv):
+    path = write_csv([ledger_row(1, account="AB-12 ")])
+    _, frame, _ = run_clean(tmp_path, path)
+    assert frame.get_column("account").to_list() == ["AB-12"]
+
+
+def test_exact_duplicates_are_dropped_and_counted(tmp_path, write_csv):
+    rows = [
+        ledger_row(1),
+        ledger_row(2),
+        ledger_row(1),
+        ledger_row(1, memo="Office  CHAIRS invoice 1"),
+    ]
+    counts, frame, rejects = run_clean(tmp_path, write_csv(rows))
+    # The last row differs only in case and spacing: after normalisation it is the same record.
+    assert (counts.rows_in, counts.rows_out, counts.rejected, counts.duplicates) == (4, 2, 0, 2)
+    assert frame.get_column("source_row").to_list() == [1, 2]
+    assert rejects.height == 0
+
+
+def test_duplicates_kept_when_configured(tmp_path, write_csv):
+    rows = [ledger_row(1), ledger_row(1)]
+    counts, _, _ = run_clean(tmp_path, write_csv(rows), drop_duplicates=False)
+    assert (counts.rows_out, counts.duplicates) == (2, 0)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        ({"amount": "12,34x"}, "unparseable number in column 'amount': '12,34x'"),
+        ({"amount": "inf"}, "unparseable number in column 'amount': 'inf'"),
+        (
+            {"date": "2024-13-45"},
+            "unparseable date (format %Y-%m-%d) in column 'date': '2024-13-45'",
+        ),
+        ({"account": ""}, "missing label in column 'account'"),
+        ({"account": "NaN"}, "missing label in column 'account'"),
+        ({"entry_id": ""}, "missing id in column 'entry_id'"),
+    ],
+)
+def test_bad_values_go_to_rejects_with_row_and_column(tmp_path, write_csv, overrides, reason):
+    path = write_csv([ledger_row(1), ledger_row(2, **overrides), ledger_row(3)])
+    counts, frame, rejects = run_clean(tmp_path, path)
+    assert (counts.rows_out, counts.rejected) == (2, 1)
+    assert rejects.get_column("source_row").to_list() == [2]
+    assert rejects.get_column(REASON).to_list() == [reason]
+    assert rejects.get_column("source_file").item().endswith("records.parquet")
+    assert frame.get_column("source_row").to_list() == [1, 3]
+
+
+def test_rejects_keep_the_raw_values(tmp_path, write_csv):
+    path = write_csv([ledger_row(1, amount="12,34x", memo="Kept  AS written")])
+    _, _, rejects = run_clean(tmp_path, path)
+    row = rejects.row(0, named=True)
+    assert row["amount"] == "12,34x"
+    assert row["memo"] == "Kept  AS written"
+
+
+def test_several_problems_in_one_row_are_all_named(tmp_path, write_csv):
+    path = write_csv([ledger_row(1, amount="x", date="never")])
+    _, _, rejects = run_clean(tmp_path, path)
+    reason = rejects.get_column(REASON).item()
+    assert "column 'amount'" in reason
+    assert "column 'date'" in reason
+
+
+def test_invalid_utf8_is_rejected_naming_the_column(tmp_path):
+    path = tmp_path / "ledger.csv"
+    header = ",".join(ledger_row(1))
+    good = ",".join(ledger_row(1).values())
+    bad = ",".join(ledger_row(2).values()).replace("Office", "Off\xffice")
+    path.write_bytes(f"{header}\n{good}\n".encode() + bad.encode("latin-1") + b"\n")
+    counts, _, rejects = run_clean(tmp_path, path)
+    assert (counts.rows_out, counts.rejected) == (1, 1)
+    assert rejects.get_column(REASON).item() == "invalid UTF-8 in column 'memo'"
+    assert rejects.get_column("source_row").item() == 2
+
+
+def test_unknown_class_is_rejected_when_classes_are_listed(tmp_path, write_csv):
+    path = write_csv([ledger_row(1, account="4930"), ledger_row(2, account="9999")])
+    spec = ledger_spec(path, classes=["4930", "4400"])
+    counts, _, rejects = run_clean(tmp_path, path, spec=spec)
+    assert counts.rejected == 1
+    assert rejects.get_column(REASON).item() == (
+        "unknown class '9999' in column 'account' (not in data.classes)"
+    )
+
+
+def test_labels_not_required_for_new_records(tmp_path, write_csv):
+    path = write_csv([ledger_row(1, account=""), ledger_row(2)])
+    counts, frame, _ = run_clean(tmp_path, path, require_label=False)
+    assert counts.rows_out == 2
+    assert frame.get_column("account").to_list() == [None, "4930"]
+
+
+def test_missing_column_in_clean_input_names_file_and_column(tmp_path, write_csv):
+    path = write_csv([ledger_row(1)])
+    records = tmp_path / "records.parquet"
+    ingest(ledger_spec(path), records)
+    pl.read_parquet(records).drop("vendor").write_parquet(records)
+    with pytest.raises(DataError, match=r"records\.parquet: missing required column\(s\) 'vendor'"):
+        clean(records, ledger_spec(path), tmp_path / "c.parquet", tmp_path / "r.parquet")
+
+
+def test_counts_add_up_on_a_mixed_file(tmp_path, write_csv):
+    rows = [ledger_row(i) for i in range(1, 21)]
+    rows += [ledger_row(1), ledger_row(2), ledger_row(30, amount="?"), ledger_row(31, account="")]
+    counts, frame, rejects = run_clean(tmp_path, write_csv(rows))
+    assert counts.rows_in == 24
+    assert counts.rows_in == frame.height + rejects.height + counts.duplicates
+    assert (frame.height, rejects.height, counts.duplicates) == (20, 2, 2)

@@ -1,0 +1,106 @@
+import json
+from datetime import date
+
+import polars as pl
+import pytest
+from sample_ledger import ledger_config
+
+from account_tax.errors import DataError
+from account_tax.features import build_features, signed_log10, signed_magnitude
+from account_tax.settings import DataSpec
+
+
+def clean_frame() -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "source_row": [1, 2, 3, 4],
+            "entry_id": ["a", "b", "c", "d"],
+            "date": [date(2024, 1, 1), date(2024, 6, 15), None, date(2023, 12, 31)],
+            "vendor": ["acme", "acme", "globex", None],
+            "memo": ["invoice 2024-117 chairs", "rent june", "fee 5", None],
+            "amount": [1234.5, -0.5, 0.0, None],
+            "account": ["4930", "4210", "4930", "4970"],
+        }
+    )
+
+
+@pytest.fixture
+def built(tmp_path):
+    source = tmp_path / "clean.parquet"
+    clean_frame().write_parquet(source)
+    config = ledger_config(tmp_path / "ledger.csv", classes=["4210", "4930", "4970", "1800"])
+    spec = DataSpec.from_config(config)
+    out, label_map = tmp_path / "features.parquet", tmp_path / "label_map.json"
+    mapping = build_features(source, spec, config["features"], out, label_map)
+    return pl.read_parquet(out), mapping, json.loads(label_map.read_text())
+
+
+def test_date_parts(built):
+    frame, _, _ = built
+    assert frame.get_column("date_year").to_list() == [2024, 2024, None, 2023]
+    assert frame.get_column("date_month").to_list() == [1, 6, None, 12]
+    assert frame.get_column("date_weekday").to_list() == [1, 6, None, 7]
+
+
+def test_amount_log_and_magnitude():
+    amounts = pl.Series([1234.5, -0.5, 0.0, 9.0, 10.0, None])
+    logs = pl.select(signed_log10(pl.lit(amounts))).to_series().to_list()
+    assert logs[:5] == [
+        pytest.approx(3.092, abs=1e-3),
+        pytest.approx(-0.176, abs=1e-3),
+        0,
+        1,
+        1.041,
+    ]
+    assert logs[5] is None
+    magnitudes = pl.select(signed_magnitude(pl.lit(amounts))).to_series().to_list()
+    assert magnitudes == ["+1e3", "-1e0", "0", "+1e0", "+1e1", None]
+
+
+def test_digits_masked_in_configured_text_columns(built):
+    frame, _, _ = built
+    assert frame.get_column("memo").to_list() == ["invoice #-# chairs", "rent june", "fee #", None]
+
+
+def test_masking_a_non_text_column_is_refused(tmp_path):
+    source = tmp_path / "clean.parquet"
+    clean_frame().write_parquet(source)
+    config = ledger_config(tmp_path / "ledger.csv")
+    with pytest.raises(DataError, match="'vendor', which is not a text column"):
+        build_features(
+            source,
+            DataSpec.from_config(config),
+            {"mask_digits": ["vendor"]},
+            tmp_path / "f.parquet",
+            tmp_path / "m.json",
+        )
+
+
+def test_label_map_lists_every_class_in_config_order_with_zero_counts(built):
+    _, mapping, on_disk = built
+    assert on_disk == mapping
+    assert mapping["labels"] == ["4210", "4930", "4970", "1800"]
+    assert mapping["counts"] == {"4210": 1, "4930": 2, "4970": 1, "1800": 0}
+    assert mapping["label_column"] == "account"
+
+
+def test_label_map_from_data_is_sorted(tmp_path):
+    source = tmp_path / "clean.parquet"
+    clean_frame().write_parquet(source)
+    config = ledger_config(tmp_path / "ledger.csv")
+    mapping = build_features(
+        source, DataSpec.from_config(config), {}, tmp_path / "f.parquet", tmp_path / "m.json"
+    )
+    assert mapping["labels"] == ["4210", "4930", "4970"]
+
+
+def test_classes_from_a_file(tmp_path):
+    classes = tmp_path / "classes.txt"
+    classes.write_text("4930\n\n4210\n")
+    spec = DataSpec.from_config(ledger_config(tmp_path / "x.csv", classes=str(classes)))
+    assert spec.classes == ("4930", "4210")
+
+
+def test_duplicate_classes_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"more than once: \['4930'\]"):
+        DataSpec.from_config(ledger_config(tmp_path / "x.csv", classes=["4930", "4930"]))

@@ -1,0 +1,96 @@
+import json
+
+import polars as pl
+import pytest
+from sample_ledger import ledger_row, ledger_spec
+
+from account_tax.errors import DataError
+from account_tax.ingest import camel_to_words, ingest, read_edgar_gaap
+from account_tax.io import resolve_input
+from account_tax.settings import SOURCE_ROW
+
+
+def test_camel_case_becomes_words():
+    names = pl.Series(["AccountsPayableCurrent", "EBITDAMargin", "IncomeTaxes2024Paid"])
+    words = pl.select(camel_to_words(pl.lit(names))).to_series().to_list()
+    assert words == ["Accounts Payable Current", "EBITDA Margin", "Income Taxes2024 Paid"]
+
+
+def test_edgar_reader_takes_first_standard_tag_and_drops_section(tmp_path):
+    mapping = {
+        "_metadata": {"version": "3"},
+        "AccountsPayableCurrent": {
+            "standard_tags": ["AccountsPayable", "TradePayables"],
+            "display_name": "Accounts Payable",
+            "statement": "BalanceSheet",
+            "section": "Current Liabilities",
+            "company_count": 12,
+            "occurrence_rate": 0.5,
+            "first_year": 2019,
+            "last_year": 2025,
+        },
+    }
+    path = tmp_path / "gaap.json"
+    path.write_text(json.dumps(mapping))
+    frame = read_edgar_gaap(path)
+    assert frame.height == 1
+    row = frame.row(0, named=True)
+    assert row["label"] == "AccountsPayable"
+    assert row["concept_words"] == "Accounts Payable Current"
+    assert row["statement"] == "Balance Sheet"
+    assert "section" not in frame.columns
+
+
+def test_bundled_default_dataset_is_found_and_read():
+    path = resolve_input("pkg:edgar/xbrl/standardization/gaap_mappings.json")
+    frame = read_edgar_gaap(path)
+    assert 2800 < frame.height < 3100
+    assert 200 < frame.get_column("label").n_unique() < 260
+
+
+def test_csv_rows_keep_their_source_row_and_raw_text(tmp_path, write_csv):
+    path = write_csv([ledger_row(1), ledger_row(2, amount="12,x")])
+    out = tmp_path / "records.parquet"
+    assert ingest(ledger_spec(path), out) == 2
+    frame = pl.read_parquet(out)
+    assert frame.get_column(SOURCE_ROW).to_list() == [1, 2]
+    assert frame.get_column("amount").to_list() == ["1234.50", "12,x"]
+
+
+def test_missing_column_names_file_and_column(tmp_path, write_csv):
+    row = ledger_row(1)
+    del row["vendor"]
+    path = write_csv([row])
+    with pytest.raises(DataError, match=r"ledger\.csv: missing required column\(s\) 'vendor'"):
+        ingest(ledger_spec(path), tmp_path / "out.parquet")
+
+
+def test_empty_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "empty.csv"
+    path.write_text("")
+    with pytest.raises(DataError, match=r"empty\.csv: input file is empty"):
+        ingest(ledger_spec(path), tmp_path / "out.parquet")
+
+
+def test_header_only_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "header.csv"
+    path.write_text(",".join(ledger_row(1)) + "\n")
+    out = tmp_path / "out.parquet"
+    with pytest.raises(DataError, match=r"header\.csv: input file has a header but no data rows"):
+        ingest(ledger_spec(path), out)
+    assert not out.exists()
+
+
+def test_parquet_input_keeps_its_types(tmp_path):
+    path = tmp_path / "ledger.parquet"
+    pl.DataFrame([ledger_row(1)]).with_columns(pl.col("amount").cast(pl.Float64)).write_parquet(
+        path
+    )
+    out = tmp_path / "out.parquet"
+    ingest(ledger_spec(path), out)
+    assert pl.read_parquet(out).schema["amount"] == pl.Float64
+
+
+def test_package_path_that_does_not_exist_names_the_package():
+    with pytest.raises(DataError, match="package 'no_such_package_xyz' is not installed"):
+        resolve_input("pkg:no_such_package_xyz/data.json")

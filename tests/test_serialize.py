@@ -1,0 +1,95 @@
+import json
+from datetime import date
+
+import polars as pl
+import pytest
+from sample_ledger import ledger_config
+
+from account_tax.errors import DataError
+from account_tax.serialize import serialize
+from account_tax.settings import DataSpec
+
+
+@pytest.fixture
+def split_file(tmp_path):
+    path = tmp_path / "train.parquet"
+    pl.DataFrame(
+        {
+            "source_row": [1, 2, 3],
+            "entry_id": ["a", "b", "c"],
+            "memo": ["office chairs", None, "rent"],
+            "vendor": ["acme", "globex", None],
+            "amount": [1234.5, 2021.0, 0.12345],
+            "date": [date(2024, 1, 1)] * 3,
+            "account": ["4930", "4210", None],
+        }
+    ).write_parquet(path)
+    label_map = tmp_path / "label_map.json"
+    label_map.write_text(json.dumps({"labels": ["4210", "4930", "1800"]}))
+    return path, label_map
+
+
+def run(tmp_path, split_file, options, spec=None):
+    path, label_map = split_file
+    spec = spec or DataSpec.from_config(ledger_config(tmp_path / "x.csv"))
+    out = tmp_path / "out.parquet"
+    serialize(path, spec, options, label_map, out)
+    return pl.read_parquet(out)
+
+
+def test_text_in_configured_order_with_names_and_nulls_left_out(tmp_path, split_file):
+    options = {
+        "fields": [
+            {"column": "memo", "name": "memo text"},
+            {"column": "vendor"},
+            {"column": "amount"},
+        ],
+        "float_decimals": 2,
+    }
+    frame = run(tmp_path, split_file, options)
+    assert frame.columns == ["id", "text", "label_id"]
+    assert frame.get_column("text").to_list() == [
+        "memo text: office chairs | vendor: acme | amount: 1234.5",
+        "vendor: globex | amount: 2021",
+        "memo text: rent | amount: 0.12",
+    ]
+    assert frame.get_column("id").to_list() == ["a", "b", "c"]
+
+
+def test_label_ids_follow_the_label_map(tmp_path, split_file):
+    frame = run(tmp_path, split_file, {"fields": [{"column": "memo"}]})
+    assert frame.get_column("label_id").to_list() == [1, 0, None]
+    assert frame.schema["label_id"] == pl.Int32
+
+
+def test_custom_template_and_separator(tmp_path, split_file):
+    options = {
+        "fields": [{"column": "memo"}, {"column": "vendor"}],
+        "template": "[{name}] {value}",
+        "separator": "; ",
+    }
+    frame = run(tmp_path, split_file, options)
+    assert frame.get_column("text")[0] == "[memo] office chairs; [vendor] acme"
+
+
+def test_unknown_field_names_the_file_and_column(tmp_path, split_file):
+    with pytest.raises(
+        DataError, match=r"missing required column\(s\) 'colour'.*serialize\.fields"
+    ):
+        run(tmp_path, split_file, {"fields": [{"column": "colour"}]})
+
+
+def test_label_missing_from_label_map_names_the_row(tmp_path, split_file):
+    _, label_map = split_file
+    label_map.write_text(json.dumps({"labels": ["4930"]}))
+    with pytest.raises(DataError, match=r"missing from .*label_map\.json: row 2 \('4210'\)"):
+        run(tmp_path, split_file, {"fields": [{"column": "memo"}]})
+
+
+def test_ids_default_to_the_source_row(tmp_path, split_file):
+    config = ledger_config(tmp_path / "x.csv")
+    config["data"]["columns"]["id"] = None
+    frame = run(
+        tmp_path, split_file, {"fields": [{"column": "memo"}]}, DataSpec.from_config(config)
+    )
+    assert frame.get_column("id").to_list() == ["1", "2", "3"]

@@ -1,0 +1,136 @@
+"""End to end: the real Snakemake workflow on a small ledger, partial re-runs, bad config."""
+
+import json
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+from sample_ledger import ledger_config, ledger_row
+from workflow_runner import REPO, jobs_run, snakemake
+
+pytestmark = pytest.mark.workflow
+
+SERIALIZED = [f"results/serialize/{name}.parquet" for name in ("train", "validation", "test")]
+
+
+def small_ledger(path):
+    """60 good rows in 4 classes (one too small to stratify), 2 duplicates, 3 bad rows."""
+    accounts = ["4930"] * 30 + ["4210"] * 18 + ["4400"] * 10 + ["1800"] * 2
+    memos = {"4930": "office supplies", "4210": "rent", "4400": "sales revenue", "1800": "bank"}
+    rows = [
+        ledger_row(i, account=a, memo=f"{memos[a]} no {i}", amount=f"{10 + i}.00")
+        for i, a in enumerate(accounts)
+    ]
+    rows += [rows[0], rows[5]]
+    rows += [
+        ledger_row(100, amount="12,x"),
+        ledger_row(101, date="2024-13-40"),
+        ledger_row(102, account=""),
+    ]
+    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(path)
+    return len(rows)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("workflow")
+    rows = small_ledger(workdir / "ledger.csv")
+    config = ledger_config(workdir / "ledger.csv", classes=["4930", "4210", "4400", "1800", "0000"])
+    result = snakemake(workdir, *SERIALIZED, config=config)
+    return workdir, rows, config, result
+
+
+def test_workflow_produces_serialized_splits(finished_run):
+    workdir, rows, _, result = finished_run
+    assert jobs_run(result) == {"ingest": 1, "clean": 1, "features": 1, "split": 1, "serialize": 3}
+
+    counts = json.loads((workdir / "results/clean/counts.json").read_text())
+    assert counts == {"rows_in": rows, "rows_out": 60, "rejected": 3, "duplicates": 2}
+    rejects = pl.read_parquet(workdir / "results/clean/rejects.parquet")
+    assert sorted(rejects.get_column("source_row").to_list()) == [63, 64, 65]
+
+    label_map = json.loads((workdir / "results/features/label_map.json").read_text())
+    assert label_map["labels"] == ["4930", "4210", "4400", "1800", "0000"]
+    assert label_map["counts"]["0000"] == 0
+
+    frames = [pl.read_parquet(workdir / path) for path in SERIALIZED]
+    assert sum(frame.height for frame in frames) == 60
+    train = frames[0]
+    assert train.columns == ["id", "text", "label_id"]
+    assert train.get_column("text")[0].startswith("memo: ")
+    assert " | vendor: acme gmbh | amount: +1e1 | month: 3" in train.get_column("text")[0]
+    assert set(train.get_column("label_id").to_list()) == {0, 1, 2, 3}
+    report = json.loads((workdir / "results/split/split_report.json").read_text())
+    assert report["train_only_classes"] == ["1800"]
+    for plot in ("features/class_distribution.png", "split/split_distribution.png"):
+        assert (workdir / "results" / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (workdir / "logs/clean/clean.log").read_text().count("row(s) rejected: ") == 3
+
+
+def test_second_run_does_nothing(finished_run):
+    workdir, _, config, _ = finished_run
+    result = snakemake(workdir, *SERIALIZED, config=config)
+    assert jobs_run(result) == {}
+    assert "Nothing to be done" in result.stderr
+
+
+def test_partial_rerun_by_target_file_runs_only_what_is_downstream(finished_run):
+    workdir, _, config, _ = finished_run
+    # A changed class list feeds clean and features; naming the split report as the target
+    # must re-run those and split, but no serialize job.
+    config = json.loads(json.dumps(config))
+    classes = workdir / "classes.txt"
+    classes.write_text("4930\n4210\n4400\n1800\n0000\n")
+    config["data"]["classes"] = str(classes)
+    snakemake(workdir, *SERIALIZED, config=config)
+
+    classes.write_text("4930\n4210\n4400\n1800\n0000\n9000\n")
+    result = snakemake(workdir, "results/split/split_report.json", config=config)
+    assert jobs_run(result) == {"clean": 1, "features": 1, "split": 1}
+    label_map = json.loads((workdir / "results/features/label_map.json").read_text())
+    assert label_map["labels"][-1] == "9000"
+    dry = snakemake(workdir, "-n", *SERIALIZED, config=config)
+    assert jobs_run(dry) == {"serialize": 3}
+
+
+def test_unknown_config_key_fails_before_any_job(tmp_path):
+    config = ledger_config(tmp_path / "ledger.csv")
+    config["split"]["sead"] = 3
+    result = snakemake(tmp_path, *SERIALIZED, config=config, check=False)
+    assert result.returncode != 0
+    assert "'sead' was unexpected" in result.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_wrong_type_in_config_names_the_key(tmp_path):
+    config = ledger_config(tmp_path / "ledger.csv")
+    config["split"]["seed"] = "seven"
+    result = snakemake(tmp_path, *SERIALIZED, config=config, check=False)
+    assert result.returncode != 0
+    assert "'seven' is not of type 'integer'" in result.stderr
+    assert "['split']['properties']['seed']" in result.stderr
+
+
+def test_bad_input_fails_the_job_with_the_file_and_column(tmp_path):
+    row = ledger_row(1)
+    del row["vendor"]
+    pl.DataFrame([row]).write_csv(tmp_path / "ledger.csv")
+    result = snakemake(
+        tmp_path, *SERIALIZED, config=ledger_config(tmp_path / "ledger.csv"), check=False
+    )
+    assert result.returncode != 0
+    log = (tmp_path / "logs/ingest/ingest.log").read_text()
+    assert "ledger.csv: missing required column(s) 'vendor'" in log
+    assert "Traceback" not in log
+
+
+@pytest.mark.parametrize("stage", ["ingest", "clean", "features", "split", "serialize"])
+def test_each_script_runs_on_its_own(stage):
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / f"{stage}.py"), "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "--settings" in result.stdout

@@ -1,0 +1,108 @@
+rule ingest:
+    input:
+        raw_input(),
+    output:
+        "results/ingest/records.parquet",
+    log:
+        "logs/ingest/ingest.log",
+    conda:
+        "../../envs/data.yaml"
+    threads: 2
+    params:
+        script=script("ingest"),
+        settings=settings("data"),
+    shell:
+        "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
+        " --input {input:q} --output {output} > {log} 2>&1"
+
+
+rule clean:
+    input:
+        records="results/ingest/records.parquet",
+        classes=classes_file(),
+    output:
+        records="results/clean/records.parquet",
+        rejects="results/clean/rejects.parquet",
+        counts="results/clean/counts.json",
+    log:
+        "logs/clean/clean.log",
+    conda:
+        "../../envs/data.yaml"
+    threads: 2
+    params:
+        script=script("clean"),
+        settings=settings("data", "clean"),
+    shell:
+        "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
+        " --input {input.records} --output {output.records} --rejects {output.rejects}"
+        " --counts {output.counts} > {log} 2>&1"
+
+
+rule features:
+    input:
+        records="results/clean/records.parquet",
+        classes=classes_file(),
+    output:
+        records="results/features/records.parquet",
+        label_map="results/features/label_map.json",
+        plot=report(
+            "results/features/class_distribution.png",
+            caption="../report/class_distribution.rst",
+            category="Data",
+        ),
+    log:
+        "logs/features/features.log",
+    conda:
+        "../../envs/data.yaml"
+    threads: 2
+    params:
+        script=script("features"),
+        settings=settings("data", "features"),
+    shell:
+        "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
+        " --input {input.records} --output {output.records} --label-map {output.label_map}"
+        " --plot {output.plot} > {log} 2>&1"
+
+
+rule split:
+    input:
+        "results/features/records.parquet",
+    output:
+        splits=expand("results/split/{split}.parquet", split=SPLITS),
+        report="results/split/split_report.json",
+        plot=report(
+            "results/split/split_distribution.png",
+            caption="../report/split_distribution.rst",
+            category="Data",
+        ),
+    log:
+        "logs/split/split.log",
+    conda:
+        "../../envs/data.yaml"
+    threads: 2
+    params:
+        script=script("split"),
+        out_dir=lambda wildcards, output: Path(output.report).parent,
+        settings=settings("data", "split"),
+    shell:
+        "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
+        " --input {input} --out-dir {params.out_dir} --plot {output.plot} > {log} 2>&1"
+
+
+rule serialize:
+    input:
+        records="results/split/{split}.parquet",
+        label_map="results/features/label_map.json",
+    output:
+        "results/serialize/{split}.parquet",
+    log:
+        "logs/serialize/{split}.log",
+    conda:
+        "../../envs/data.yaml"
+    threads: 1
+    params:
+        script=script("serialize"),
+        settings=settings("data", "serialize"),
+    shell:
+        "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
+        " --input {input.records} --label-map {input.label_map} --output {output} > {log} 2>&1"
