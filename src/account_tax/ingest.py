@@ -23,8 +23,7 @@ EDGAR_CONCEPT_WORDS = "concept_words"
 
 
 def camel_to_words(column: pl.Expr) -> pl.Expr:
-    """`AccountsPayableCurrent` -> `Accounts Payable Current`; acronyms stay whole (`EBITDAMargin`)
-    """
+    """`AccountsPayableCurrent` -> `Accounts Payable Current`; acronyms stay whole."""
     return column.str.replace_all(r"([a-z0-9])([A-Z])", "$1 $2").str.replace_all(
         r"([A-Z]+)([A-Z][a-z])", "$1 $2"
     )
