@@ -8,6 +8,7 @@ from account_tax import cli
 from account_tax.clean import clean
 from account_tax.io import write_json
 from account_tax.settings import DataSpec
+from account_tax.tracking import log_stage
 
 
 def main() -> None:
@@ -31,6 +32,7 @@ def main() -> None:
         require_label=not args.no_label,
     )
     write_json(args.counts, asdict(counts))
+    log_stage(args.tracking, "clean", asdict(counts), [args.counts])
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from account_tax import cli
 from account_tax.features import build_features
 from account_tax.plots import plot_class_distribution
 from account_tax.settings import DataSpec
+from account_tax.tracking import log_stage
 
 
 def main() -> None:
@@ -20,6 +21,9 @@ def main() -> None:
     options = args.settings.get("features", {})
     mapping = build_features(args.input, spec, options, args.output, args.label_map)
     plot_class_distribution(mapping["counts"], args.plot, "Classes after cleaning")
+    counts = mapping["counts"].values()
+    metrics = {"classes": len(counts), "classes_without_samples": sum(1 for n in counts if n == 0)}
+    log_stage(args.tracking, "features", metrics, [args.label_map, args.plot])
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from pathlib import Path
 from account_tax import cli
 from account_tax.ingest import ingest
 from account_tax.settings import DataSpec
+from account_tax.tracking import log_stage
 
 
 def main() -> None:
@@ -13,7 +14,8 @@ def main() -> None:
     parser.add_argument("--input", type=Path, help="raw table (default: the config's data.path)")
     parser.add_argument("--output", type=Path, required=True, help="records Parquet to write")
     args = parser.parse_args()
-    ingest(DataSpec.from_config(args.settings), args.output, args.input)
+    rows = ingest(DataSpec.from_config(args.settings), args.output, args.input)
+    log_stage(args.tracking, "ingest", {"rows": rows})
 
 
 if __name__ == "__main__":

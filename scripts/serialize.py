@@ -6,6 +6,7 @@ from pathlib import Path
 from account_tax import cli
 from account_tax.serialize import serialize
 from account_tax.settings import DataSpec
+from account_tax.tracking import log_stage
 
 
 def main() -> None:
@@ -14,13 +15,14 @@ def main() -> None:
     parser.add_argument("--label-map", type=Path, required=True, help="label map JSON")
     parser.add_argument("--output", type=Path, required=True, help="serialized Parquet")
     args = parser.parse_args()
-    serialize(
+    rows = serialize(
         args.input,
         DataSpec.from_config(args.settings),
         args.settings["serialize"],
         args.label_map,
         args.output,
     )
+    log_stage(args.tracking, "serialize", {f"{args.output.stem}_rows": rows})
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from account_tax import cli
 from account_tax.plots import plot_split_distribution
 from account_tax.settings import DataSpec
 from account_tax.split import split
+from account_tax.tracking import log_stage
 
 
 def main() -> None:
@@ -18,6 +19,9 @@ def main() -> None:
     spec = DataSpec.from_config(args.settings)
     report = split(args.input, spec, args.settings.get("split", {}), args.out_dir)
     plot_split_distribution(report["per_class"], args.plot)
+    metrics = {f"{name}_rows": split["rows"] for name, split in report["splits"].items()}
+    metrics["train_only_classes"] = len(report["train_only_classes"])
+    log_stage(args.tracking, "split", metrics, [args.out_dir / "split_report.json", args.plot])
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """End to end: the real Snakemake workflow on a small ledger, partial re-runs, bad config."""
 
+import hashlib
 import json
 import subprocess
 import sys
 
 import polars as pl
 import pytest
+from mlflow import MlflowClient
 from sample_ledger import ledger_config, ledger_row
-from workflow_runner import REPO, jobs_run, snakemake
+from workflow_runner import REPO, SECRETS, jobs_run, snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -37,13 +39,20 @@ def finished_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("workflow")
     rows = small_ledger(workdir / "ledger.csv")
     config = ledger_config(workdir / "ledger.csv", classes=["4930", "4210", "4400", "1800", "0000"])
-    result = snakemake(workdir, *SERIALIZED, config=config)
+    result = snakemake(workdir, config=config)
     return workdir, rows, config, result
 
 
 def test_workflow_produces_serialized_splits(finished_run):
     workdir, rows, _, result = finished_run
-    assert jobs_run(result) == {"ingest": 1, "clean": 1, "features": 1, "split": 1, "serialize": 3}
+    assert jobs_run(result) == {
+        "all": 1,
+        "ingest": 1,
+        "clean": 1,
+        "features": 1,
+        "split": 1,
+        "serialize": 3,
+    }
 
     counts = json.loads((workdir / "results/clean/counts.json").read_text())
     assert counts == {"rows_in": rows, "rows_out": 60, "rejected": 3, "duplicates": 2}
@@ -68,9 +77,55 @@ def test_workflow_produces_serialized_splits(finished_run):
     assert (workdir / "logs/clean/clean.log").read_text().count("row(s) rejected: ") == 3
 
 
+def test_one_mlflow_run_holds_the_provenance(finished_run):
+    workdir, rows, config, _ = finished_run
+    summary = json.loads((workdir / "results/tracking/run.json").read_text())
+    assert summary["status"] == "FINISHED"
+    assert summary["reused_rules"] == []
+    mlflow = MlflowClient(tracking_uri=summary["tracking_uri"])
+    assert summary["tracking_uri"].startswith("sqlite:///")
+    runs = mlflow.search_runs(mlflow.get_experiment_by_name("account-tax").experiment_id)
+    assert [run.info.run_id for run in runs] == [summary["run_id"]]
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    metrics = run.data.metrics
+    assert metrics["clean/rows_in"] == rows
+    assert metrics["clean/rejected"] == 3
+    assert metrics["split/train_only_classes"] == 1
+    assert metrics["serialize/train_rows"] + metrics["serialize/test_rows"] > 0
+    for rule in ("ingest", "clean", "features", "split", "serialize/train"):
+        assert metrics[f"{rule}/wall_s"] > 0
+        assert f"{rule}/max_rss_mb" in metrics
+    params = run.data.params
+    assert params["split/seed"] == str(config["split"]["seed"])
+    assert json.loads(params["data/classes"]) == config["data"]["classes"]
+    tags = run.data.tags
+    ledger = workdir / "ledger.csv"
+    assert tags["input_sha256.ledger.csv"] == hashlib.sha256(ledger.read_bytes()).hexdigest()
+    assert len(tags["git_commit"]) == 40
+    assert tags["git_dirty"] in {"True", "False"}
+    assert tags["version.snakemake"] == "9.27.1"
+    assert "--configfile" in tags["command"]
+    artifacts = {a.path for a in mlflow.list_artifacts(run.info.run_id, "features")}
+    assert artifacts == {"features/class_distribution.png", "features/label_map.json"}
+
+
+def test_secrets_never_reach_logs_params_tags_or_results(finished_run):
+    workdir, _, _, result = finished_run
+    summary = json.loads((workdir / "results/tracking/run.json").read_text())
+    run = MlflowClient(tracking_uri=summary["tracking_uri"]).get_run(summary["run_id"])
+    recorded = json.dumps([run.data.params, run.data.tags, list(run.data.metrics)])
+    for secret in SECRETS.values():
+        assert secret not in recorded
+        assert secret not in result.stdout + result.stderr
+        for path in workdir.rglob("*"):
+            if path.is_file():
+                assert secret.encode() not in path.read_bytes(), path
+
+
 def test_second_run_does_nothing(finished_run):
     workdir, _, config, _ = finished_run
-    result = snakemake(workdir, *SERIALIZED, config=config)
+    result = snakemake(workdir, config=config)
     assert jobs_run(result) == {}
     assert "Nothing to be done" in result.stderr
 
@@ -92,6 +147,23 @@ def test_partial_rerun_by_target_file_runs_only_what_is_downstream(finished_run)
     assert label_map["labels"][-1] == "9000"
     dry = snakemake(workdir, "-n", *SERIALIZED, config=config)
     assert jobs_run(dry) == {"serialize": 3}
+    # Each workflow run that ran jobs is one MLflow run; this one reused ingest's output.
+    run = json.loads((workdir / "results/tracking/run.json").read_text())
+    assert run["reused_rules"] == [
+        "ingest",
+        "serialize/test",
+        "serialize/train",
+        "serialize/validation",
+    ]
+    mlflow = MlflowClient(tracking_uri=run["tracking_uri"])
+    runs = mlflow.search_runs(run["experiment_id"])
+    assert len(runs) == 3
+    assert runs[0].info.run_id == run["run_id"]
+    assert runs[0].data.params["data/classes"] == str(classes)
+    assert (
+        runs[0].data.tags["input_sha256.classes.txt"]
+        == hashlib.sha256(classes.read_bytes()).hexdigest()
+    )
 
 
 def test_unknown_config_key_fails_before_any_job(tmp_path):

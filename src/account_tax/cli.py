@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from account_tax.errors import DataError
 from account_tax.settings import load_settings
@@ -23,6 +24,12 @@ def parser(description: str | None) -> argparse.ArgumentParser:
         required=True,
         help="the workflow config: a JSON object, or the path of a config YAML "
         "(e.g. config/config.yaml)",
+    )
+    parser.add_argument(
+        "--tracking",
+        type=Path,
+        help="the workflow's MLflow run file; when given, the stage logs its metrics and "
+        "artifacts into that run",
     )
     return parser
 

@@ -1,14 +1,19 @@
 import json
+import sys
 from pathlib import Path
 
+from snakemake.logging import logger
 from snakemake.utils import validate
 
 from account_tax.io import resolve_input
+from account_tax.tracking import finish_run, redact_command, start_run
 
 # The one place the config is checked: a wrong key or type stops the run before any job.
 validate(config, schema="../schemas/config.schema.yaml")
 
 SPLITS = ["train", "validation", "test"]
+# Written when the workflow starts, read by every job: see workflow/rules/tracking.smk.
+RUN_FILE = "results/tracking/run.json"
 
 
 wildcard_constraints:
@@ -40,5 +45,14 @@ def classes_file():
     return [classes] if isinstance(classes, str) else []
 
 
-def final_outputs():
+def data_outputs():
     return expand("results/serialize/{split}.parquet", split=SPLITS)
+
+
+def raw_inputs():
+    """Every raw input file: its sha256 goes into the MLflow run."""
+    return [raw_input(), *classes_file()]
+
+
+def final_outputs():
+    return data_outputs()

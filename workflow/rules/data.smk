@@ -5,15 +5,18 @@ rule ingest:
         "results/ingest/records.parquet",
     log:
         "logs/ingest/ingest.log",
+    benchmark:
+        "benchmarks/ingest.tsv"
     conda:
         "../../envs/data.yaml"
     threads: 2
     params:
         script=script("ingest"),
+        tracking=RUN_FILE,
         settings=settings("data"),
     shell:
         "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
-        " --input {input:q} --output {output} > {log} 2>&1"
+        " --input {input:q} --output {output} --tracking {params.tracking} > {log} 2>&1"
 
 
 rule clean:
@@ -26,16 +29,19 @@ rule clean:
         counts="results/clean/counts.json",
     log:
         "logs/clean/clean.log",
+    benchmark:
+        "benchmarks/clean.tsv"
     conda:
         "../../envs/data.yaml"
     threads: 2
     params:
         script=script("clean"),
+        tracking=RUN_FILE,
         settings=settings("data", "clean"),
     shell:
         "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
         " --input {input.records} --output {output.records} --rejects {output.rejects}"
-        " --counts {output.counts} > {log} 2>&1"
+        " --counts {output.counts} --tracking {params.tracking} > {log} 2>&1"
 
 
 rule features:
@@ -52,16 +58,19 @@ rule features:
         ),
     log:
         "logs/features/features.log",
+    benchmark:
+        "benchmarks/features.tsv"
     conda:
         "../../envs/data.yaml"
     threads: 2
     params:
         script=script("features"),
+        tracking=RUN_FILE,
         settings=settings("data", "features"),
     shell:
         "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
         " --input {input.records} --output {output.records} --label-map {output.label_map}"
-        " --plot {output.plot} > {log} 2>&1"
+        " --plot {output.plot} --tracking {params.tracking} > {log} 2>&1"
 
 
 rule split:
@@ -77,16 +86,20 @@ rule split:
         ),
     log:
         "logs/split/split.log",
+    benchmark:
+        "benchmarks/split.tsv"
     conda:
         "../../envs/data.yaml"
     threads: 2
     params:
         script=script("split"),
+        tracking=RUN_FILE,
         out_dir=lambda wildcards, output: Path(output.report).parent,
         settings=settings("data", "split"),
     shell:
         "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
-        " --input {input} --out-dir {params.out_dir} --plot {output.plot} > {log} 2>&1"
+        " --input {input} --out-dir {params.out_dir} --plot {output.plot}"
+        " --tracking {params.tracking} > {log} 2>&1"
 
 
 rule serialize:
@@ -97,12 +110,16 @@ rule serialize:
         "results/serialize/{split}.parquet",
     log:
         "logs/serialize/{split}.log",
+    benchmark:
+        "benchmarks/serialize/{split}.tsv"
     conda:
         "../../envs/data.yaml"
     threads: 1
     params:
         script=script("serialize"),
+        tracking=RUN_FILE,
         settings=settings("data", "serialize"),
     shell:
         "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
-        " --input {input.records} --label-map {input.label_map} --output {output} > {log} 2>&1"
+        " --input {input.records} --label-map {input.label_map} --output {output}"
+        " --tracking {params.tracking} > {log} 2>&1"

@@ -1,0 +1,281 @@
+"""Provenance in MLflow: one run per workflow run, shared by every rule through a run file.
+
+The first rule creates the run (tags: code version, package versions, config hash, the sha256 of
+every raw input, host, command line; params: the whole config, namespaced by section) and writes
+`run.json`. Each stage logs its metrics and small artifacts under its own name (`clean/rows_in`);
+the last rule adds each rule's wall time and peak memory and closes the run.
+
+The store is `MLFLOW_TRACKING_URI` when set (a server; its token stays in the environment),
+else a local SQLite file under the results folder. Nothing from the environment is logged.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import os
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from account_tax.io import sha256_file, write_json
+
+log = logging.getLogger(__name__)
+
+TRACKED_PACKAGES = (
+    "snakemake",
+    "polars",
+    "torch",
+    "transformers",
+    "peft",
+    "deepspeed",
+    "scikit-learn",
+    "mlflow",
+    "boto3",
+)
+MAX_PARAM_LENGTH = 6000  # MLflow's limit for one param value
+SECRET_WORDS = re.compile(r"secret|token|password|passwd|credential|access.?key", re.I)
+
+
+def without_userinfo(uri: str) -> str:
+    """A URI with any `user:password@` removed, safe to write down."""
+    parts = urlsplit(uri)
+    if parts.username is None and parts.password is None:
+        return uri
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def redact_command(argv: Iterable[str]) -> str:
+    """The command line with values of secret-looking options and assignments masked."""
+    words: list[str] = []
+    mask_next = False
+    for word in argv:
+        if mask_next:
+            words.append("***")
+            mask_next = False
+            continue
+        name, equals, _ = word.partition("=")
+        if SECRET_WORDS.search(name):
+            if equals:
+                words.append(f"{name}=***")
+            else:
+                words.append(word)
+                mask_next = word.startswith("-")
+            continue
+        words.append(word)
+    return " ".join(words)
+
+
+def tracking_uri(results_dir: Path, configured: str | None = None) -> str:
+    """`MLFLOW_TRACKING_URI`, else the config's URI, else a SQLite store under `results_dir`."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or configured
+    if uri:
+        return uri
+    results_dir.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(results_dir / 'mlflow.db').resolve()}"
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested config to `section/key` params; lists as JSON, cut to MLflow's length limit."""
+    params: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            params |= flatten(value, f"{name}/")
+            continue
+        text = value if isinstance(value, str) else json.dumps(value)
+        if len(text) > MAX_PARAM_LENGTH:
+            text = text[: MAX_PARAM_LENGTH - 1] + "…"
+        params[name] = text
+    return params
+
+
+def code_version(repo: Path) -> dict[str, str]:
+    """Git commit and whether the working tree had uncommitted changes."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.CalledProcessError):
+        return {"git_commit": "unknown", "git_dirty": "unknown"}
+    return {"mlflow.source.git.commit": commit, "git_commit": commit, "git_dirty": str(dirty)}
+
+
+def package_versions() -> dict[str, str]:
+    versions = {}
+    for package in TRACKED_PACKAGES:
+        try:
+            versions[f"version.{package}"] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def client(uri: str):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def start_run(
+    config: Mapping[str, Any],
+    raw_inputs: Iterable[Path],
+    run_file: Path,
+    *,
+    repo: Path,
+    command: str,
+) -> dict[str, Any]:
+    """Create the workflow run, log its tags and params, and write `run_file`; return its record."""
+    tracking = config.get("tracking", {})
+    uri = tracking_uri(run_file.parent, tracking.get("tracking_uri"))
+    mlflow = client(uri)
+    experiment_name = tracking.get("experiment", "account-tax")
+    experiment = mlflow.get_experiment_by_name(experiment_name)
+    if experiment is not None:
+        experiment_id = experiment.experiment_id
+    elif uri.startswith("sqlite:"):
+        artifacts = (run_file.parent / "artifacts").resolve()
+        experiment_id = mlflow.create_experiment(experiment_name, artifacts.as_uri())
+    else:
+        experiment_id = mlflow.create_experiment(experiment_name)
+
+    digest = config_hash(config)
+    tags = {
+        "config_sha256": digest,
+        "host": socket.gethostname(),
+        "command": command,
+        **code_version(repo),
+        **package_versions(),
+    }
+    for path in raw_inputs:
+        tags[f"input_sha256.{path.name}"] = sha256_file(path)
+        tags[f"input_path.{path.name}"] = str(path)
+    started = datetime.now(UTC)
+    run_name = tracking.get("run_name") or f"{started:%Y%m%d-%H%M%S}-{digest[:8]}"
+    run = mlflow.create_run(experiment_id, run_name=run_name, tags=tags)
+    run_id = run.info.run_id
+    log_batch(mlflow, run_id, params=flatten(config))
+    config_copy = run_file.parent / "config.json"
+    write_json(config_copy, config)
+    mlflow.log_artifact(run_id, str(config_copy))
+    record = {
+        "run_id": run_id,
+        "run_name": run_name,
+        "experiment_id": experiment_id,
+        "experiment_name": experiment_name,
+        "tracking_uri": without_userinfo(uri),
+        "started_at": started.timestamp(),
+        "status": "RUNNING",
+    }
+    write_json(run_file, record)
+    return record
+
+
+def read_run(run_file: Path) -> dict[str, Any]:
+    return json.loads(run_file.read_text(encoding="utf-8"))
+
+
+def run_client(run_file: Path):
+    """The client for the run in `run_file`; the environment's URI wins (it may hold a token)."""
+    run = read_run(run_file)
+    return client(os.environ.get("MLFLOW_TRACKING_URI") or run["tracking_uri"]), run
+
+
+def log_batch(mlflow, run_id: str, *, metrics=None, params=None, tags=None) -> None:
+    from mlflow.entities import Metric, Param, RunTag
+
+    now = int(time.time() * 1000)
+    metric_list = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()]
+    param_list = [Param(k, v) for k, v in (params or {}).items()]
+    tag_list = [RunTag(k, v) for k, v in (tags or {}).items()]
+    # MLflow caps one batch at 1000 metrics and 100 params.
+    for start in range(0, max(len(metric_list), len(param_list), len(tag_list), 1), 100):
+        mlflow.log_batch(
+            run_id,
+            metrics=metric_list[start : start + 100],
+            params=param_list[start : start + 100],
+            tags=tag_list[start : start + 100],
+        )
+
+
+def log_stage(
+    run_file: Path | None,
+    stage: str,
+    metrics: Mapping[str, float] | None = None,
+    artifacts: Iterable[Path] = (),
+) -> None:
+    """Log a stage's metrics as `<stage>/<name>` and its artifacts under `<stage>/`.
+
+    Does nothing without a run file, so every script also runs on its own.
+    """
+    if run_file is None:
+        return
+    if not run_file.exists():
+        log.warning(
+            "no MLflow run file at %s (workflow started without hooks?): not logged", run_file
+        )
+        return
+    mlflow, run = run_client(run_file)
+    log_batch(
+        mlflow, run["run_id"], metrics={f"{stage}/{k}": v for k, v in (metrics or {}).items()}
+    )
+    for path in artifacts:
+        if path.is_dir():
+            mlflow.log_artifacts(run["run_id"], str(path), artifact_path=f"{stage}/{path.name}")
+        else:
+            mlflow.log_artifact(run["run_id"], str(path), artifact_path=stage)
+    log.info("logged %s to MLflow run %s", stage, run["run_id"])
+
+
+def read_benchmark(path: Path) -> dict[str, float]:
+    """Wall seconds and peak resident memory (MB) from a Snakemake `benchmark:` file."""
+    with path.open(encoding="utf-8") as handle:
+        row = list(csv.DictReader(handle, delimiter="\t"))[-1]
+
+    def number(key: str) -> float:
+        value = row.get(key, "NA")
+        return float(value) if value not in ("NA", "", "-") else 0.0
+
+    return {"wall_s": number("s"), "max_rss_mb": number("max_rss")}
+
+
+def finish_run(run_file: Path, benchmark_root: Path, status: str, *, repo: Path) -> dict[str, Any]:
+    """Log every rule's wall time and peak memory, the code version at the end, and the status.
+
+    A rule whose benchmark file predates the run did not run in it: its outputs were up to date
+    and reused from an earlier run, and the `reused_rules` tag names it.
+    """
+    mlflow, run = run_client(run_file)
+    metrics: dict[str, float] = {}
+    reused: list[str] = []
+    for path in sorted(benchmark_root.rglob("*.tsv")):
+        rule = path.relative_to(benchmark_root).with_suffix("").as_posix()
+        metrics |= {f"{rule}/{name}": value for name, value in read_benchmark(path).items()}
+        if path.stat().st_mtime < run["started_at"]:
+            reused.append(rule)
+    tags = {**code_version(repo), "reused_rules": ",".join(reused) or "none"}
+    log_batch(mlflow, run["run_id"], metrics=metrics, tags=tags)
+    mlflow.set_terminated(run["run_id"], status=status)
+    run |= {"status": status, "finished_at": time.time(), "reused_rules": reused}
+    write_json(run_file, run)
+    return run
