@@ -1,0 +1,97 @@
+import json
+
+from mlflow import MlflowClient
+
+from account_tax.tracking import (
+    MAX_PARAM_LENGTH,
+    finish_run,
+    flatten,
+    log_stage,
+    read_benchmark,
+    redact_command,
+    start_run,
+    without_userinfo,
+)
+
+
+def test_command_line_secrets_are_masked():
+    argv = [
+        "snakemake",
+        "--config",
+        "token=abc123",
+        "--aws-secret-access-key",
+        "hunter2",
+        "password=pw",
+        "--cores",
+        "2",
+    ]
+    assert redact_command(argv) == (
+        "snakemake --config token=*** --aws-secret-access-key *** password=*** --cores 2"
+    )
+
+
+def test_userinfo_is_removed_from_uris():
+    assert (
+        without_userinfo("https://bob:pw@mlflow.example:5000/x") == "https://mlflow.example:5000/x"
+    )
+    assert without_userinfo("sqlite:////tmp/m.db") == "sqlite:////tmp/m.db"
+
+
+def test_config_flattens_to_namespaced_params():
+    params = flatten({"split": {"seed": 3}, "data": {"columns": {"text": ["memo"]}}})
+    assert params == {"split/seed": "3", "data/columns/text": '["memo"]'}
+    long = flatten({"data": {"classes": ["x" * 100] * 100}})["data/classes"]
+    assert len(long) == MAX_PARAM_LENGTH
+    assert long.endswith("…")
+
+
+def test_benchmark_file_gives_wall_time_and_peak_memory(tmp_path):
+    path = tmp_path / "clean.tsv"
+    path.write_text(
+        "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+        "3.0900\t0:00:03\t303.38\t1000.1\t290.0\t295.0\t0.01\t1.2\t50.0\t2.9\n"
+    )
+    assert read_benchmark(path) == {"wall_s": 3.09, "max_rss_mb": 303.38}
+    path.write_text("s\th:m:s\tmax_rss\n0.5\t0:00:00\tNA\n")
+    assert read_benchmark(path) == {"wall_s": 0.5, "max_rss_mb": 0.0}
+
+
+def test_run_lifecycle_against_a_real_sqlite_store(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    raw = tmp_path / "ledger.csv"
+    raw.write_text("a,b\n1,2\n")
+    run_file = tmp_path / "tracking" / "run.json"
+    config = {"data": {"path": str(raw)}, "tracking": {"experiment": "unit"}}
+    record = start_run(config, [raw], run_file, repo=tmp_path, command="snakemake --cores 2")
+    assert json.loads(run_file.read_text())["run_id"] == record["run_id"]
+
+    stage_file = tmp_path / "counts.json"
+    stage_file.write_text("{}")
+    log_stage(run_file, "clean", {"rows_in": 2}, [stage_file])
+    bench = tmp_path / "benchmarks"
+    (bench / "serialize").mkdir(parents=True)
+    (bench / "serialize" / "train.tsv").write_text("s\tmax_rss\n1.5\t20.0\n")
+    finished = finish_run(run_file, bench, "FINISHED", repo=tmp_path)
+    assert finished["status"] == "FINISHED"
+
+    mlflow = MlflowClient(tracking_uri=record["tracking_uri"])
+    run = mlflow.get_run(record["run_id"])
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics == {
+        "clean/rows_in": 2.0,
+        "serialize/train/wall_s": 1.5,
+        "serialize/train/max_rss_mb": 20.0,
+    }
+    assert run.data.params["data/path"] == str(raw)
+    assert run.data.tags["git_commit"] == "unknown"  # tmp_path is not a git checkout
+    assert run.data.tags["command"] == "snakemake --cores 2"
+    assert [a.path for a in mlflow.list_artifacts(record["run_id"], "clean")] == [
+        "clean/counts.json"
+    ]
+    assert record["tracking_uri"] == f"sqlite:///{tmp_path / 'tracking' / 'mlflow.db'}"
+
+
+def test_stage_without_run_file_logs_nothing(tmp_path):
+    log_stage(None, "clean", {"rows_in": 1})
+    log_stage(tmp_path / "missing.json", "clean", {"rows_in": 1})
+    assert not any(tmp_path.iterdir())
