@@ -63,6 +63,7 @@ def _replace_atomically(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would make results readable by their owner only
     try:
         write(Path(tmp))
         os.replace(tmp, path)
