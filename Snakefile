@@ -14,6 +14,10 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/tracking.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/upload.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

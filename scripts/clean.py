@@ -5,7 +5,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.clean import clean
+from account_tax.clean import clean, summary_table
 from account_tax.io import write_json
 from account_tax.settings import DataSpec
 from account_tax.tracking import log_stage
@@ -17,6 +17,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, required=True, help="clean records Parquet")
     parser.add_argument("--rejects", type=Path, required=True, help="rejected rows Parquet")
     parser.add_argument("--counts", type=Path, required=True, help="row counts JSON")
+    parser.add_argument("--summary", type=Path, required=True, help="counts and reasons TSV")
     parser.add_argument(
         "--no-label", action="store_true", help="records without labels (new records to predict)"
     )
@@ -32,7 +33,8 @@ def main() -> None:
         require_label=not args.no_label,
     )
     write_json(args.counts, asdict(counts))
-    log_stage(args.tracking, "clean", asdict(counts), [args.counts])
+    args.summary.write_text(summary_table(counts, args.rejects), encoding="utf-8")
+    log_stage(args.tracking, "clean", asdict(counts), [args.counts, args.summary])
 
 
 if __name__ == "__main__":

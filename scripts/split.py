@@ -6,7 +6,7 @@ from pathlib import Path
 from account_tax import cli
 from account_tax.plots import plot_split_distribution
 from account_tax.settings import DataSpec
-from account_tax.split import split
+from account_tax.split import counts_table, split
 from account_tax.tracking import log_stage
 
 
@@ -15,10 +15,12 @@ def main() -> None:
     parser.add_argument("--input", type=Path, required=True, help="records with features")
     parser.add_argument("--out-dir", type=Path, required=True, help="folder for the split files")
     parser.add_argument("--plot", type=Path, required=True, help="per-split distribution PNG")
+    parser.add_argument("--counts-table", type=Path, required=True, help="per-class counts TSV")
     args = parser.parse_args()
     spec = DataSpec.from_config(args.settings)
     report = split(args.input, spec, args.settings.get("split", {}), args.out_dir)
     plot_split_distribution(report["per_class"], args.plot)
+    args.counts_table.write_text(counts_table(report), encoding="utf-8")
     metrics = {f"{name}_rows": split["rows"] for name, split in report["splits"].items()}
     metrics["train_only_classes"] = len(report["train_only_classes"])
     log_stage(args.tracking, "split", metrics, [args.out_dir / "split_report.json", args.plot])

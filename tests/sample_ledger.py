@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import polars as pl
+
 from account_tax.settings import DataSpec
 
 LEDGER_COLUMNS = {
@@ -47,3 +49,21 @@ def ledger_row(n: int, **overrides) -> dict:
         "account": "4930",
     }
     return row | overrides
+
+
+def small_ledger(path):
+    """60 good rows in 4 classes (one too small to stratify), 2 duplicates, 3 bad rows."""
+    accounts = ["4930"] * 30 + ["4210"] * 18 + ["4400"] * 10 + ["1800"] * 2
+    memos = {"4930": "office supplies", "4210": "rent", "4400": "sales revenue", "1800": "bank"}
+    rows = [
+        ledger_row(i, account=a, memo=f"{memos[a]} no {i}", amount=f"{10 + i}.00")
+        for i, a in enumerate(accounts)
+    ]
+    rows += [rows[0], rows[5]]
+    rows += [
+        ledger_row(100, amount="12,x"),
+        ledger_row(101, date="2024-13-40"),
+        ledger_row(102, account=""),
+    ]
+    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(path)
+    return len(rows)

@@ -8,7 +8,7 @@ import sys
 import polars as pl
 import pytest
 from mlflow import MlflowClient
-from sample_ledger import ledger_config, ledger_row
+from sample_ledger import ledger_config, ledger_row, small_ledger
 from workflow_runner import REPO, SECRETS, jobs_run, snakemake
 
 pytestmark = pytest.mark.workflow
@@ -16,37 +16,18 @@ pytestmark = pytest.mark.workflow
 SERIALIZED = [f"results/serialize/{name}.parquet" for name in ("train", "validation", "test")]
 
 
-def small_ledger(path):
-    """60 good rows in 4 classes (one too small to stratify), 2 duplicates, 3 bad rows."""
-    accounts = ["4930"] * 30 + ["4210"] * 18 + ["4400"] * 10 + ["1800"] * 2
-    memos = {"4930": "office supplies", "4210": "rent", "4400": "sales revenue", "1800": "bank"}
-    rows = [
-        ledger_row(i, account=a, memo=f"{memos[a]} no {i}", amount=f"{10 + i}.00")
-        for i, a in enumerate(accounts)
-    ]
-    rows += [rows[0], rows[5]]
-    rows += [
-        ledger_row(100, amount="12,x"),
-        ledger_row(101, date="2024-13-40"),
-        ledger_row(102, account=""),
-    ]
-    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(path)
-    return len(rows)
-
-
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("workflow")
     rows = small_ledger(workdir / "ledger.csv")
     config = ledger_config(workdir / "ledger.csv", classes=["4930", "4210", "4400", "1800", "0000"])
-    result = snakemake(workdir, config=config)
+    result = snakemake(workdir, *SERIALIZED, config=config)
     return workdir, rows, config, result
 
 
 def test_workflow_produces_serialized_splits(finished_run):
     workdir, rows, _, result = finished_run
     assert jobs_run(result) == {
-        "all": 1,
         "ingest": 1,
         "clean": 1,
         "features": 1,
@@ -125,7 +106,7 @@ def test_secrets_never_reach_logs_params_tags_or_results(finished_run):
 
 def test_second_run_does_nothing(finished_run):
     workdir, _, config, _ = finished_run
-    result = snakemake(workdir, config=config)
+    result = snakemake(workdir, *SERIALIZED, config=config)
     assert jobs_run(result) == {}
     assert "Nothing to be done" in result.stderr
 

@@ -10,15 +10,23 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
-# Set in every workflow run: no file, log, param or tag may ever contain them.
+# Set in every workflow run (unless a test brings its own): no file, log, param or tag may ever
+# contain them.
 SECRETS = {
     "AWS_SECRET_ACCESS_KEY": "test-secret-7f3a9c1e-never-logged",
     "MLFLOW_TRACKING_TOKEN": "test-token-52b8d04a-never-logged",
 }
 
 
-def snakemake(workdir: Path, *args: str, config: dict | None = None, check: bool = True):
-    """`snakemake` on the repo's Snakefile in `workdir`; returns the CompletedProcess."""
+def snakemake(
+    workdir: Path,
+    *args: str,
+    config: dict | None = None,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+):
+    """`snakemake` on the repo's Snakefile in `workdir`, with `env` added to the environment;
+    returns the CompletedProcess."""
     command = [
         str(VENV_BIN / "snakemake"),
         "--snakefile",
@@ -34,12 +42,18 @@ def snakemake(workdir: Path, *args: str, config: dict | None = None, check: bool
         config_path = workdir / "config.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         command += ["--configfile", str(config_path)]
-    env = os.environ | {
-        # Rules call `python`: it must be this environment's, as after `source .venv/bin/activate`.
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
-        "XDG_CACHE_HOME": str(workdir / ".cache"),
-        **SECRETS,
-    }
+    env = (
+        os.environ
+        | SECRETS
+        | (env or {})
+        | {
+            # Rules call `python`: this environment's, as after `source .venv/bin/activate`.
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
+            "XDG_CACHE_HOME": str(workdir / ".cache"),
+            # DeepSpeed compiles a CPU module once (minutes): share the repository's cache.
+            "TORCH_EXTENSIONS_DIR": str(REPO / ".cache" / "torch_extensions"),
+        }
+    )
     result = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True)
     if check and result.returncode != 0:
         raise AssertionError(

@@ -203,15 +203,21 @@ def clean(
     )
     counts.check()
     log.info("clean: %s", asdict(counts))
-    if counts.rejected:
-        summary = (
-            pl.scan_parquet(rejects)
-            .group_by(REASON)
-            .len()
-            .sort("len", descending=True)
-            .head(10)
-            .collect()
-        )
-        for row in summary.iter_rows():
-            log.warning("clean: %d row(s) rejected: %s", row[1], row[0])
+    for reason, count in reject_reasons(rejects):
+        log.warning("clean: %d row(s) rejected: %s", count, reason)
     return counts
+
+
+def reject_reasons(rejects: Path, limit: int = 10) -> list[tuple[str, int]]:
+    """The most frequent reasons in a rejects file, with their row counts."""
+    frame = pl.scan_parquet(rejects).group_by(REASON).len()
+    return list(
+        frame.sort("len", REASON, descending=[True, False]).head(limit).collect().iter_rows()
+    )
+
+
+def summary_table(counts: CleanCounts, rejects: Path) -> str:
+    """The counts and the main reject reasons as a TSV table, for the report."""
+    lines = ["what\trows", *(f"{name}\t{value}" for name, value in asdict(counts).items())]
+    lines += [f"rejected: {reason}\t{count}" for reason, count in reject_reasons(rejects)]
+    return "\n".join(lines) + "\n"

@@ -101,11 +101,14 @@ def scan_source(spec: DataSpec, path: Path) -> pl.LazyFrame:
     return frame.with_row_index(SOURCE_ROW, offset=1)
 
 
-def ingest(spec: DataSpec, output: Path, source: Path | None = None) -> int:
+def ingest(
+    spec: DataSpec, output: Path, source: Path | None = None, *, require_label: bool = True
+) -> int:
     """Write the columns the config names, plus `source_row`, to `output`; return the row count.
 
     `source` defaults to the config's `data.path`; the workflow passes the resolved file so that
     the stage also runs in an environment without the package that ships the default data.
+    New records to predict need no label column (`require_label=False`).
     """
     path = source if source is not None else resolve_input(spec.path)
     frame = scan_source(spec, path)
@@ -113,8 +116,9 @@ def ingest(spec: DataSpec, output: Path, source: Path | None = None) -> int:
         available = frame.collect_schema().names()
     except pl.exceptions.NoDataError as error:
         raise DataError(f"{path}: input file has no header and no rows") from error
-    require_columns(available, spec.columns, path)
-    selected = frame.select(SOURCE_ROW, *spec.columns)
+    wanted = [c for c in spec.columns if require_label or c != spec.label or c in available]
+    require_columns(available, wanted, path)
+    selected = frame.select(SOURCE_ROW, *wanted)
     write_parquet(selected, output)
     rows = pl.scan_parquet(output).select(pl.len()).collect().item()
     if rows == 0:

@@ -8,7 +8,7 @@ the config file instead; the same views read both.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +90,13 @@ def read_classes(value: list[str] | str | None) -> tuple[str, ...] | None:
         duplicated = sorted({c for c in value if value.count(c) > 1})
         raise ValueError(f"data.classes lists these classes more than once: {duplicated}")
     return tuple(value)
+
+
+def known_keys(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
+    """A copy of a config section for dataclass `cls`; a key it does not know is an error (a
+    script run on a config file has no schema check, and a typo must not become a default)."""
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"unknown key(s) in {where}: {unknown}; known: {sorted(names)}")
+    return dict(values)

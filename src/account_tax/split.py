@@ -101,3 +101,14 @@ def split(source: Path, spec: DataSpec, options: dict[str, Any], out_dir: Path) 
         len(report["train_only_classes"]),
     )
     return report
+
+
+def counts_table(report: dict[str, Any]) -> str:
+    """Rows per class in each split, largest class first, as a TSV table for the report."""
+    rows = sorted(report["per_class"].items(), key=lambda item: -sum(item[1].values()))
+    lines = ["class\t" + "\t".join(SPLITS) + "\ttotal"]
+    lines += [
+        f"{label}\t" + "\t".join(str(n[s]) for s in SPLITS) + f"\t{sum(n.values())}"
+        for label, n in rows
+    ]
+    return "\n".join(lines) + "\n"

@@ -247,6 +247,27 @@ def log_stage(
     log.info("logged %s to MLflow run %s", stage, run["run_id"])
 
 
+def log_history(
+    run_file: Path | None, stage: str, records: Iterable[Mapping[str, Any]], keys: Iterable[str]
+) -> None:
+    """Per-step series (`<stage>/<key>` at each record's `step`): MLflow draws them as curves."""
+    if run_file is None or not run_file.exists():
+        return
+    from mlflow.entities import Metric
+
+    mlflow, run = run_client(run_file)
+    now = int(time.time() * 1000)
+    keys = tuple(keys)
+    metrics = [
+        Metric(f"{stage}/{key}", float(record[key]), now, int(record["step"]))
+        for record in records
+        for key in keys
+        if record.get(key) is not None
+    ]
+    for start in range(0, len(metrics), 1000):
+        mlflow.log_batch(run["run_id"], metrics=metrics[start : start + 1000])
+
+
 def read_benchmark(path: Path) -> dict[str, float]:
     """Wall seconds and peak resident memory (MB) from a Snakemake `benchmark:` file."""
     with path.open(encoding="utf-8") as handle:
@@ -259,6 +280,14 @@ def read_benchmark(path: Path) -> dict[str, float]:
     return {"wall_s": number("s"), "max_rss_mb": number("max_rss")}
 
 
+def benchmarks(benchmark_root: Path) -> dict[str, tuple[Path, dict[str, float]]]:
+    """Every rule's benchmark file and numbers, by rule (`serialize/train` for wildcard rules)."""
+    return {
+        path.relative_to(benchmark_root).with_suffix("").as_posix(): (path, read_benchmark(path))
+        for path in sorted(benchmark_root.rglob("*.tsv"))
+    }
+
+
 def finish_run(run_file: Path, benchmark_root: Path, status: str, *, repo: Path) -> dict[str, Any]:
     """Log every rule's wall time and peak memory, the code version at the end, and the status.
 
@@ -268,9 +297,8 @@ def finish_run(run_file: Path, benchmark_root: Path, status: str, *, repo: Path)
     mlflow, run = run_client(run_file)
     metrics: dict[str, float] = {}
     reused: list[str] = []
-    for path in sorted(benchmark_root.rglob("*.tsv")):
-        rule = path.relative_to(benchmark_root).with_suffix("").as_posix()
-        metrics |= {f"{rule}/{name}": value for name, value in read_benchmark(path).items()}
+    for rule, (path, numbers) in benchmarks(benchmark_root).items():
+        metrics |= {f"{rule}/{name}": value for name, value in numbers.items()}
         if path.stat().st_mtime < run["started_at"]:
             reused.append(rule)
     tags = {**code_version(repo), "reused_rules": ",".join(reused) or "none"}

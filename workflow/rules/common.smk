@@ -11,13 +11,27 @@ from account_tax.tracking import finish_run, redact_command, start_run
 # The one place the config is checked: a wrong key or type stops the run before any job.
 validate(config, schema="../schemas/config.schema.yaml")
 
+
+def workflow_file(path):
+    """A path relative to the working directory, else to the workflow (its own config files)."""
+    return path if Path(path).exists() else str(Path(workflow.basedir) / path)
+
+
+config["train"]["deepspeed_config"] = workflow_file(config["train"]["deepspeed_config"])
+
 SPLITS = ["train", "validation", "test"]
+TRAIN_SEGMENTS = config["train"]["segments"]
+# Resumable training state: deliberately not a rule output, since Snakemake deletes outputs
+# before it re-runs a job, and a resumed job needs exactly these files.
+CHECKPOINT_DIR = "checkpoints/train"
+RECEIPTS_DIR = "results/upload/receipts"
 # Written when the workflow starts, read by every job: see workflow/rules/tracking.smk.
 RUN_FILE = "results/tracking/run.json"
 
 
 wildcard_constraints:
     split="|".join(SPLITS),
+    segment=r"\d+",
 
 
 def settings(*sections):
@@ -49,10 +63,128 @@ def data_outputs():
     return expand("results/serialize/{split}.parquet", split=SPLITS)
 
 
+def train_inputs():
+    return {
+        "train": "results/serialize/train.parquet",
+        "validation": "results/serialize/validation.parquet",
+        "label_map": "results/features/label_map.json",
+        "deepspeed": config["train"]["deepspeed_config"],
+    }
+
+
+def previous_segment(wildcards):
+    segment = int(wildcards.segment)
+    return [f"results/train/segments/{segment - 1}.json"] if segment > 1 else []
+
+
+def last_segment_before_final():
+    return (
+        [f"results/train/segments/{TRAIN_SEGMENTS - 1}.json"]
+        if TRAIN_SEGMENTS > 1
+        else []
+    )
+
+
+def train_resources():
+    """The train rules' resources in the SLURM executor plugin's terms; elsewhere only mem_mb
+    and runtime matter. `gres` asks for GPUs per node, so a profile's set-resources may change
+    the count (`gres: gpu:4`) on one node or several. With `nodes` > 1 the job runs one task per
+    node: `mpi` makes the plugin run the job's shell command once, on the first node, where the
+    launcher's own `srun` starts the tasks; `tasks_per_gpu: 0` stops the plugin from turning
+    `tasks` into --ntasks-per-gpu. Memory is per node."""
+    launch = config["train_resources"]
+    resources = {"mem_mb": launch["mem_mb"], "runtime": launch["runtime_minutes"]}
+    if launch["gpus"]:
+        resources["gres"] = f"gpu:{launch['gpus']}"
+    nodes = launch.get("nodes", 1)
+    if nodes > 1:
+        resources |= {"nodes": nodes, "tasks": nodes, "mpi": "srun", "tasks_per_gpu": 0}
+    return resources
+
+
+def train_threads():
+    """CPUs per node: one set of threads per training process."""
+    launch = config["train_resources"]
+    processes = launch["gpus"] or launch["cpu_processes"]
+    return processes * launch["threads_per_process"]
+
+
+def train_launcher(wildcards, threads, resources):
+    """How the train rules start their script, from what the job really got (the config's
+    train_resources, or a profile's set-resources and set-threads over them): one process per
+    GPU of a node (`gres: gpu[:type]:N`, or `gpu: N` on one node), else `cpu_processes`;
+    OMP_NUM_THREADS shares the job's threads (CPUs per node) among them.
+
+    One node: `torchrun --standalone`. Several nodes (SLURM): `srun` starts one torchrun per
+    node, and they meet by c10d rendezvous on the first node, where this command runs; the port
+    depends on the job id so that two jobs sharing a first node do not collide. The plugin's
+    jobstep strips SLURM_* variables except the job id, so the step's shape is given in full.
+    """
+    launch = config["train_resources"]
+    nodes = int(resources.get("nodes") or 1)
+    gres = str(resources.get("gres") or "")
+    gpu_gres = [item.split(":") for item in gres.split(",") if item.split(":")[0] == "gpu"]
+    if gpu_gres:
+        count = gpu_gres[0][-1]
+        gpus = int(count) if len(gpu_gres[0]) > 1 and count.isdigit() else 1
+    elif nodes > 1 and resources.get("gpu"):
+        raise WorkflowError(
+            "train on several nodes: ask for GPUs per node with the resource gres=gpu:N;"
+            " `gpu` counts GPUs for the whole job"
+        )
+    else:
+        gpus = int(resources.get("gpu") or 0)
+    processes = gpus or launch["cpu_processes"]
+    omp = f"OMP_NUM_THREADS={max(1, threads // processes)}"
+    if nodes == 1:
+        return f"{omp} torchrun --standalone --nproc_per_node {processes}"
+    if not resources.get("mpi"):
+        raise WorkflowError(
+            "train on several nodes: set train_resources.nodes in the config (it adds the"
+            " resources one task per node needs) rather than `nodes` in set-resources"
+        )
+    return (
+        f"{omp} srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1"
+        f" --cpus-per-task={threads} --mem=0 --kill-on-bad-exit=1"
+        f" torchrun --nnodes {nodes} --nproc_per_node {processes}"
+        " --rdzv_backend c10d --rdzv_endpoint $(hostname):$((29500 + SLURM_JOB_ID % 1000))"
+        " --rdzv_id $SLURM_JOB_ID"
+    )
+
+
 def raw_inputs():
     """Every raw input file: its sha256 goes into the MLflow run."""
     return [raw_input(), *classes_file()]
 
 
+def predict_input(wildcards):
+    return config["predict"]["inputs"][wildcards.name]
+
+
+def upload_outputs():
+    """Model receipt and, per training segment, checkpoint receipts and retention reports."""
+    if not config["upload"]["enabled"]:
+        return []
+    segments = range(1, TRAIN_SEGMENTS + 1)
+    return [
+        "results/upload/model.json",
+        *expand("results/upload/checkpoints/segment-{segment}.json", segment=segments),
+        *expand("results/retain/segment-{segment}.json", segment=segments),
+    ]
+
+
+def other_outputs():
+    """Everything the workflow makes but the resources report, which summarises them."""
+    predictions = expand(
+        "results/predict/{name}.parquet", name=config["predict"]["inputs"]
+    )
+    return [
+        *data_outputs(),
+        "results/evaluate/metrics.json",
+        *predictions,
+        *upload_outputs(),
+    ]
+
+
 def final_outputs():
-    return data_outputs()
+    return [*other_outputs(), "results/report/resources.png"]

@@ -27,6 +27,11 @@ rule clean:
         records="results/clean/records.parquet",
         rejects="results/clean/rejects.parquet",
         counts="results/clean/counts.json",
+        summary=report(
+            "results/clean/summary.tsv",
+            caption="../report/clean_summary.rst",
+            category="Clean",
+        ),
     log:
         "logs/clean/clean.log",
     benchmark:
@@ -41,7 +46,8 @@ rule clean:
     shell:
         "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
         " --input {input.records} --output {output.records} --rejects {output.rejects}"
-        " --counts {output.counts} --tracking {params.tracking} > {log} 2>&1"
+        " --counts {output.counts} --summary {output.summary}"
+        " --tracking {params.tracking} > {log} 2>&1"
 
 
 rule features:
@@ -54,7 +60,7 @@ rule features:
         plot=report(
             "results/features/class_distribution.png",
             caption="../report/class_distribution.rst",
-            category="Data",
+            category="Features",
         ),
     log:
         "logs/features/features.log",
@@ -82,7 +88,12 @@ rule split:
         plot=report(
             "results/split/split_distribution.png",
             caption="../report/split_distribution.rst",
-            category="Data",
+            category="Split",
+        ),
+        counts=report(
+            "results/split/split_counts.tsv",
+            caption="../report/split_counts.rst",
+            category="Split",
         ),
     log:
         "logs/split/split.log",
@@ -99,6 +110,7 @@ rule split:
     shell:
         "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
         " --input {input} --out-dir {params.out_dir} --plot {output.plot}"
+        " --counts-table {output.counts}"
         " --tracking {params.tracking} > {log} 2>&1"
 
 

@@ -1,0 +1,84 @@
+"""Fine-tune a transformer classifier of account codes on the serialized splits.
+
+One process per device, on GPUs or CPUs alike:
+
+    torchrun --nproc_per_node 2 scripts/train.py --train ... --settings config/config.yaml
+    python scripts/train.py ...          (one process, no launcher needed)
+
+Training resumes from the newest complete checkpoint in --checkpoint-dir, which is meant to live
+outside the rule's declared outputs (Snakemake deletes those before a re-run). With
+`train.segments` > 1, `--segment s` trains up to the end of segment s and stops after a
+checkpoint; the last segment also writes the final outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+
+from account_tax.settings import load_settings
+from account_tax.tracking import log_history, log_stage
+from account_tax.train_settings import TrainSettings
+from account_tax.training import TrainPaths, train
+
+HISTORY_SERIES = ("loss", "lr", "samples_per_s", "validation_loss", "validation_accuracy")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--train", type=Path, required=True, help="train split (Parquet)")
+    parser.add_argument("--validation", type=Path, required=True, help="validation split")
+    parser.add_argument("--label-map", type=Path, required=True, help="label_map.json")
+    parser.add_argument(
+        "--checkpoint-dir", type=Path, required=True, help="resumable checkpoints (not an output)"
+    )
+    parser.add_argument("--output-dir", type=Path, help="trained adapter or model, with tokenizer")
+    parser.add_argument("--metrics", type=Path, help="final metrics (JSON)")
+    parser.add_argument("--history", type=Path, help="per-step metrics (JSON lines)")
+    parser.add_argument("--segment", type=int, help="train up to the end of this segment only")
+    parser.add_argument(
+        "--segment-marker", type=Path, help="JSON naming the run folder and step reached"
+    )
+    parser.add_argument("--tracking", type=Path, help="the workflow's MLflow run file")
+    parser.add_argument(
+        "--settings",
+        required=True,
+        help="the workflow config as JSON, or a config file path; its `train` section is used",
+    )
+    args = parser.parse_args()
+    final = (args.output_dir, args.metrics, args.history)
+    if args.segment is None and None in final:
+        parser.error("--output-dir, --metrics and --history are needed to train to the end")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    rank = os.environ.get("RANK", "0")
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s rank {rank} %(levelname)s %(name)s: %(message)s"
+    )
+    settings = TrainSettings.from_dict(load_settings(args.settings).get("train") or {})
+    paths = TrainPaths(
+        train=args.train,
+        validation=args.validation,
+        label_map=args.label_map,
+        checkpoint_dir=args.checkpoint_dir,
+        output_dir=args.output_dir,
+        metrics=args.metrics,
+        history=args.history,
+        segment_marker=args.segment_marker,
+    )
+    metrics = train(settings, paths, args.segment)
+    if metrics is not None and rank == "0":
+        numeric = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+        log_stage(args.tracking, "train", numeric, [args.metrics, args.history])
+        history = [json.loads(line) for line in args.history.read_text().splitlines()]
+        log_history(args.tracking, "train", history, HISTORY_SERIES)
+
+
+if __name__ == "__main__":
+    main()

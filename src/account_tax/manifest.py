@@ -1,0 +1,86 @@
+"""The on-disk contract of a checkpoint (or model) folder, shared by training, upload and
+retention without importing torch: its name, its manifest, and its lock.
+
+A complete checkpoint is a `step-<n>` folder whose `manifest.json`, written last, lists the
+sha256 of every other file. Whoever reads, uploads or deletes a folder holds its lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from account_tax.io import sha256_file, write_json
+
+MANIFEST = "manifest.json"
+STEP_PREFIX = "step-"
+STAGING_PREFIX = ".staging-"
+
+
+class CheckpointBusy(Exception):
+    """Another process holds the checkpoint's lock (an upload, or a deletion)."""
+
+
+def step_name(step: int) -> str:
+    # Zero-padded: name order is step order.
+    return f"{STEP_PREFIX}{step:09d}"
+
+
+# Snakemake marks a directory output with this file after the job; it is not the folder's content.
+NOT_CONTENT = frozenset({".snakemake_timestamp"})
+
+
+def checkpoint_files(directory: Path) -> set[str]:
+    """Every file of the folder's content, as POSIX paths relative to it."""
+    return {
+        p.relative_to(directory).as_posix()
+        for p in directory.rglob("*")
+        if p.is_file() and p.name not in NOT_CONTENT
+    }
+
+
+def write_manifest(directory: Path, fields: dict[str, Any]) -> dict[str, Any]:
+    """Seal a folder: `fields` plus the sha256 of every file in it, written last, atomically."""
+    files = sorted(checkpoint_files(directory) - {MANIFEST})
+    manifest = {**fields, "files": {name: sha256_file(directory / name) for name in files}}
+    write_json(directory / MANIFEST, manifest)
+    return manifest
+
+
+def lock_path(directory: Path) -> Path:
+    """Beside the checkpoint, not inside: the lock must outlive the folder it guards."""
+    return directory.parent / f".{directory.name}.lock"
+
+
+@contextmanager
+def checkpoint_lock(directory: Path, wait: bool = True) -> Iterator[None]:
+    """An exclusive flock on the checkpoint's lock file, held for the body of the `with`.
+
+    The uploader waits for it; retention does not (`wait=False` raises CheckpointBusy). The file
+    is removed on release, so a lock taken on a file that was removed meanwhile guards nothing:
+    after locking, the path must still name the locked file, else lock again.
+    """
+    path = lock_path(directory)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            raise CheckpointBusy(f"{directory} is locked by another process") from None
+        try:
+            current = os.stat(path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fd).st_ino:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)

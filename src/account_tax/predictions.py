@@ -1,0 +1,53 @@
+"""Reading serialized splits for scoring, and the predictions table every scorer writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from account_tax.errors import DataError
+from account_tax.io import require_columns
+from account_tax.metrics import top_k
+from account_tax.serialize import ID, LABEL_ID, TEXT
+
+PREDICTED_LABEL_ID = "predicted_label_id"
+TOP_K_LABEL_IDS = "top_k_label_ids"
+TOP_K_PROBABILITIES = "top_k_probabilities"
+
+
+def read_labels(path: Path) -> list[str]:
+    return json.loads(path.read_text(encoding="utf-8"))["labels"]
+
+
+def read_split(path: Path, num_labels: int) -> pl.DataFrame:
+    """A serialized split; every label id must be one of the label map's."""
+    frame = pl.read_parquet(path)
+    require_columns(frame.columns, (ID, TEXT, LABEL_ID), path)
+    frame = frame.select(ID, pl.col(TEXT).fill_null(""), LABEL_ID)
+    outside = frame.filter(~pl.col(LABEL_ID).is_between(0, num_labels - 1).fill_null(False))
+    if outside.height:
+        examples = ", ".join(
+            f"{i!r} ({label})" for i, label in outside.select(ID, LABEL_ID).head(5).iter_rows()
+        )
+        raise DataError(
+            f"{path}: {outside.height} row(s) with a label id missing or outside the label map's "
+            f"0..{num_labels - 1}, e.g. {examples}"
+        )
+    return frame
+
+
+def predictions_frame(split: pl.DataFrame, probabilities: np.ndarray, k: int) -> pl.DataFrame:
+    """One row per record: its true label id, the prediction, and the k most probable ids."""
+    ids, scores = top_k(probabilities, k)
+    return pl.DataFrame(
+        {
+            ID: split[ID],
+            LABEL_ID: split[LABEL_ID],
+            PREDICTED_LABEL_ID: pl.Series(ids[:, 0], dtype=pl.Int32),
+            TOP_K_LABEL_IDS: pl.Series(ids.astype(np.int32)).cast(pl.List(pl.Int32)),
+            TOP_K_PROBABILITIES: pl.Series(scores.astype(np.float32)).cast(pl.List(pl.Float32)),
+        }
+    )

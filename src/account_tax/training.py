@@ -1,0 +1,423 @@
+"""The training loop: DeepSpeed ZeRO with one process per device, resumable at every checkpoint.
+
+Every rank runs every line below; what only rank 0 does is file output and the progress bar,
+never a collective (under ZeRO a collective missed by one rank deadlocks the others).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import deepspeed
+import torch
+import torch.distributed as torch_dist
+from tqdm import tqdm
+from transformers import PreTrainedTokenizerBase, get_linear_schedule_with_warmup, set_seed
+
+from account_tax.batching import (
+    TokenizedSplit,
+    epoch_batches,
+    evaluation_batches,
+    make_loader,
+    micro_batches_per_rank,
+    rank_batches,
+    watched,
+)
+from account_tax.checkpoint import find_resume_point, fingerprint, load_checkpoint, save_checkpoint
+from account_tax.distributed import Distributed, barrier, init_distributed
+from account_tax.errors import DataError
+from account_tax.inference import merge_adapter
+from account_tax.io import sha256_file, write_json
+from account_tax.loss import class_weights, forward_loss, label_counts
+from account_tax.manifest import write_manifest
+from account_tax.model import (
+    LABEL_MAP,
+    TRAINING_INFO,
+    build_model,
+    load_tokenizer,
+    resolve_model_dir,
+)
+from account_tax.train_settings import RUN_ONLY_KEYS, TrainSettings
+
+log = logging.getLogger(__name__)
+
+SETTINGS_OWNED_KEYS = (
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "scheduler",
+    "bf16",
+)
+
+
+@dataclass(frozen=True)
+class TrainPaths:
+    train: Path
+    validation: Path
+    label_map: Path
+    checkpoint_dir: Path
+    # The final outputs; a segment that stops before the last step writes none of them.
+    output_dir: Path | None = None
+    metrics: Path | None = None
+    history: Path | None = None
+    # Where a segment says which run folder and step it reached (for upload and retention).
+    segment_marker: Path | None = None
+
+
+def resolve_precision(requested: str, device: torch.device) -> str:
+    """`auto`: bf16 on GPUs that have it, fp16 with loss scaling on older ones, fp32 on CPU."""
+    if requested == "auto":
+        if device.type != "cuda":
+            return "fp32"
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    if requested != "fp32" and device.type != "cuda":
+        raise ValueError(f"train.precision {requested} needs a GPU; use auto or fp32 on CPU")
+    return requested
+
+
+def deepspeed_config(settings: TrainSettings, precision: str, world_size: int) -> dict[str, Any]:
+    """The DeepSpeed file (ZeRO stage, optimizer type, clipping, loss scaling) completed with the
+    values the train settings own; a file that sets one of those is an error, not a silent
+    override."""
+    path = Path(settings.deepspeed_config)
+    text = path.read_text(encoding="utf-8")
+    config = json.loads(text)
+    clashes = [key for key in SETTINGS_OWNED_KEYS if key in config]
+    clashes += ["optimizer.params.lr"] * ("lr" in config["optimizer"]["params"])
+    clashes += ["fp16.enabled"] * ("enabled" in config.get("fp16", {}))
+    if clashes:
+        raise ValueError(f"{path}: {clashes} come from the train settings; remove them")
+    if '"auto"' in text:
+        raise ValueError(f'{path}: DeepSpeed does not fill in "auto" (the HF Trainer does)')
+    batch, accumulation = settings.per_device_batch_size, settings.gradient_accumulation_steps
+    config["train_micro_batch_size_per_gpu"] = batch
+    config["gradient_accumulation_steps"] = accumulation
+    config["train_batch_size"] = batch * accumulation * world_size
+    config["optimizer"]["params"]["lr"] = settings.learning_rate
+    config["bf16"] = {"enabled": precision == "bf16"}
+    config["fp16"] = {**config.get("fp16", {}), "enabled": precision == "fp16"}
+    return config
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay on matrices only; biases and normalisation weights (1-d) are not decayed."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in trainable if p.ndim >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0},
+    ]
+    return [group for group in groups if group["params"]]
+
+
+def train_step(
+    engine: deepspeed.DeepSpeedEngine,
+    batches: Iterator[dict[str, torch.Tensor]],
+    accumulation: int,
+    weights: torch.Tensor,
+    device: torch.device,
+) -> list[float]:
+    """One optimizer step over `accumulation` micro-batches: [loss sum, samples, tokens] of all
+    ranks."""
+    totals = torch.zeros(3, dtype=torch.float64, device=device)
+    for batch in islice(batches, accumulation):
+        batch = {name: tensor.to(device) for name, tensor in batch.items()}
+        loss, _ = forward_loss(engine, batch, weights)
+        engine.backward(loss)
+        engine.step()  # updates the weights at the end of the accumulation window only
+        totals += torch.stack(
+            [
+                loss.detach().double(),
+                torch.tensor(len(batch["labels"]), dtype=torch.float64, device=device),
+                batch["attention_mask"].sum().double(),
+            ]
+        )
+    torch_dist.all_reduce(totals)
+    return totals.tolist()
+
+
+@torch.no_grad()
+def evaluate(
+    engine: deepspeed.DeepSpeedEngine,
+    split: TokenizedSplit,
+    tokenizer: PreTrainedTokenizerBase,
+    weights: torch.Tensor,
+    settings: TrainSettings,
+    dist: Distributed,
+) -> dict[str, float]:
+    """Weighted loss (the training objective) and accuracy over the whole split, all ranks."""
+    batches, counted = evaluation_batches(
+        split.lengths, settings.per_device_batch_size, dist.world_size, dist.rank
+    )
+    loader = make_loader(split, batches, tokenizer, settings.dataloader)
+    totals = torch.zeros(4, dtype=torch.float64, device=dist.device)
+    engine.eval()
+    for index, batch in enumerate(watched(loader, settings.dataloader, "validation")):
+        batch = {name: tensor.to(dist.device) for name, tensor in batch.items()}
+        loss, logits = forward_loss(engine, batch, weights)
+        if index < counted:
+            labels = batch["labels"]
+            weight_sum = weights.to(dist.device)[labels].sum().double()
+            correct = (logits.argmax(dim=-1) == labels).sum().double()
+            rows = torch.tensor(len(labels), dtype=torch.float64, device=dist.device)
+            totals += torch.stack([loss.double() * weight_sum, weight_sum, correct, rows])
+    engine.train()
+    torch_dist.all_reduce(totals)
+    loss_sum, weight_sum, correct, rows = totals.tolist()
+    return {"validation_loss": loss_sum / weight_sum, "validation_accuracy": correct / rows}
+
+
+def save_outputs(
+    engine: deepspeed.DeepSpeedEngine,
+    tokenizer: PreTrainedTokenizerBase,
+    settings: TrainSettings,
+    paths: TrainPaths,
+    model_dir: Path,
+    dist: Distributed,
+) -> None:
+    """The adapter (or the whole model) with tokenizer, label map and provenance; every rank
+    calls this, because under ZeRO-3 the weights are gathered from all of them."""
+    model = engine.module
+    # Under ZeRO-3 each rank holds a slice of every weight: gather the ones that are saved.
+    saved = list(model.parameters())
+    if settings.lora.enabled:
+        saved = [p for p in saved if p.requires_grad]
+    with deepspeed.zero.GatheredParameters(saved, enabled=engine.zero_optimization_stage() == 3):
+        if dist.is_main:
+            model.save_pretrained(paths.output_dir)
+    if dist.is_main:
+        tokenizer.save_pretrained(paths.output_dir)
+        shutil.copyfile(paths.label_map, paths.output_dir / LABEL_MAP)
+        info = {
+            "base_model": settings.model,
+            "base_model_path": str(model_dir),
+            "settings": settings.to_dict(),
+            "world_size": dist.world_size,
+        }
+        write_json(paths.output_dir / TRAINING_INFO, info)
+        if settings.merge_adapter:
+            merge_adapter(paths.output_dir, paths.output_dir / "merged")
+        # Sealed like a checkpoint, so the upload can prove every file of it.
+        write_manifest(paths.output_dir, {"model": settings.model})
+    barrier()
+
+
+def append_history(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
+def segment_end(total_steps: int, segment: int | None, segments: int) -> int:
+    """The step at which `segment` (1-based, of `segments`) ends; the last one ends training."""
+    if segment is None:
+        return total_steps
+    if not 1 <= segment <= segments:
+        raise ValueError(f"segment {segment} is not one of 1..{segments} (train.segments)")
+    return math.ceil(total_steps * segment / segments)
+
+
+def write_segment_marker(
+    path: Path, segment: int | None, settings: TrainSettings, run_dir: Path, step: int, total: int
+) -> None:
+    write_json(
+        path,
+        {
+            "segment": segment or settings.segments,
+            "segments": settings.segments,
+            "step": step,
+            "total_steps": total,
+            "run_dir": str(run_dir),
+        },
+    )
+
+
+def train(
+    settings: TrainSettings, paths: TrainPaths, segment: int | None = None
+) -> dict[str, Any] | None:
+    """Train, or resume from the newest complete checkpoint, up to the end of `segment` (all
+    steps when None); after the last step write the outputs and return the metrics.
+
+    A segment ends with a checkpoint, so the next one, a separate process (and Snakemake job),
+    resumes there while the checkpoint is uploaded.
+    """
+    started = time.perf_counter()
+    dist = init_distributed()
+    labels = json.loads(paths.label_map.read_text(encoding="utf-8"))["labels"]
+    model_dir = resolve_model_dir(settings.model)
+    tokenizer = load_tokenizer(model_dir)
+    train_split = TokenizedSplit.read(paths.train, tokenizer, settings.max_length, len(labels))
+    validation_split = TokenizedSplit.read(
+        paths.validation, tokenizer, settings.max_length, len(labels)
+    )
+    if len(train_split) == 0:
+        raise DataError(f"{paths.train}: no rows to train on")
+    precision = resolve_precision(settings.precision, dist.device)
+    ds_config = deepspeed_config(settings, precision, dist.world_size)
+
+    batch_size, accumulation = settings.per_device_batch_size, settings.gradient_accumulation_steps
+    num_batches = math.ceil(len(train_split) / batch_size)
+    steps_per_epoch = micro_batches_per_rank(num_batches, dist.world_size, accumulation)
+    steps_per_epoch //= accumulation
+    total_steps = steps_per_epoch * settings.epochs
+    stop_step = segment_end(total_steps, segment, settings.segments)
+
+    # One seed on every rank: the new head and the adapters start out identical everywhere.
+    set_seed(settings.seed)
+    model = build_model(
+        model_dir, tokenizer, labels, settings.lora, settings.gradient_checkpointing
+    )
+    counts = label_counts(train_split.label_ids, len(labels))
+    weights = class_weights(counts, settings.class_weight_alpha)
+    engine, *_ = deepspeed.initialize(
+        model=model,
+        model_parameters=parameter_groups(model, settings.weight_decay),
+        config=ds_config,
+        lr_scheduler=partial(
+            get_linear_schedule_with_warmup,
+            num_warmup_steps=round(settings.warmup_ratio * total_steps),
+            num_training_steps=total_steps,
+        ),
+    )
+
+    inputs = {"train": paths.train, "validation": paths.validation, "label_map": paths.label_map}
+    run_id = fingerprint(
+        {
+            "settings": {k: v for k, v in settings.to_dict().items() if k not in RUN_ONLY_KEYS},
+            "deepspeed": ds_config,
+            "inputs": {name: sha256_file(path) for name, path in inputs.items()},
+        }
+    )
+    run_dir = paths.checkpoint_dir / f"run-{run_id}"
+    resume = find_resume_point(run_dir, dist)
+    if resume is None:
+        history: list[dict[str, Any]] = []
+        start_step = 0
+        # From here on each rank draws its own dropout masks.
+        set_seed(settings.seed + dist.rank)
+    else:
+        history = load_checkpoint(engine, resume[0], dist)
+        start_step = resume[1]["step"]
+        log.info("resuming from %s (step %d of %d)", resume[0], start_step, total_steps)
+    if dist.is_main:
+        if paths.history is not None:
+            paths.history.parent.mkdir(parents=True, exist_ok=True)
+            paths.history.write_text(
+                "".join(json.dumps(r) + "\n" for r in history), encoding="utf-8"
+            )
+        log.info(
+            "training: %d rows, %d classes, %d steps per epoch, %d epochs, %d process(es), %s, "
+            "checkpoints in %s",
+            len(train_split),
+            len(labels),
+            steps_per_epoch,
+            settings.epochs,
+            dist.world_size,
+            precision,
+            run_dir,
+        )
+
+    progress = tqdm(
+        total=stop_step, initial=start_step, desc="train", unit="step", disable=not dist.is_main
+    )
+    step = start_step
+    # A re-run of a finished segment finds its checkpoint (or a later one) and trains nothing.
+    first_epoch = start_step // steps_per_epoch if start_step < stop_step else settings.epochs
+    for epoch in range(first_epoch, settings.epochs):
+        planned = epoch_batches(
+            train_split.lengths, batch_size, settings.seed, epoch, settings.group_by_length
+        )
+        mine = rank_batches(planned, dist.world_size, dist.rank, accumulation)
+        done = step - epoch * steps_per_epoch
+        loader = make_loader(
+            train_split, mine[done * accumulation :], tokenizer, settings.dataloader
+        )
+        stream = watched(loader, settings.dataloader, "training")
+        engine.train()
+        for _ in range(done, min(steps_per_epoch, stop_step - epoch * steps_per_epoch)):
+            lr = engine.get_lr()[0]
+            begun = time.perf_counter()
+            loss_sum, step_samples, step_tokens = train_step(
+                engine, stream, accumulation, weights, dist.device
+            )
+            elapsed = time.perf_counter() - begun
+            step += 1
+            record = {
+                "step": step,
+                "epoch": round(step / steps_per_epoch, 4),
+                "loss": loss_sum / (accumulation * dist.world_size),
+                "lr": lr,
+                "samples_per_s": step_samples / elapsed,
+                "samples": step_samples,
+                "tokens": step_tokens,
+                "seconds": elapsed,
+            }
+            epoch_end = step % steps_per_epoch == 0
+            # The validation split is empty where split.validation_fraction is 0.
+            if epoch_end and len(validation_split):
+                record |= evaluate(engine, validation_split, tokenizer, weights, settings, dist)
+            history.append(record)
+            if dist.is_main:
+                if paths.history is not None:
+                    append_history(paths.history, record)
+                progress.set_postfix(
+                    loss=f"{record['loss']:.4f}", samples_s=f"{record['samples_per_s']:.1f}"
+                )
+                progress.update()
+                if "validation_loss" in record:
+                    log.info(
+                        "epoch %d: validation loss %.4f, accuracy %.4f",
+                        epoch + 1,
+                        record["validation_loss"],
+                        record["validation_accuracy"],
+                    )
+            if epoch_end or step % settings.checkpoint_every_steps == 0 or step == stop_step:
+                manifest = {
+                    "step": step,
+                    "epoch": record["epoch"],
+                    "metrics": {k: v for k, v in record.items() if k not in ("step", "epoch")},
+                }
+                save_checkpoint(engine, run_dir, dist, manifest, history)
+    progress.close()
+    if dist.is_main and paths.segment_marker is not None:
+        write_segment_marker(
+            paths.segment_marker, segment, settings, run_dir, stop_step, total_steps
+        )
+    if stop_step < total_steps:
+        barrier()
+        torch_dist.destroy_process_group()
+        return None
+
+    save_outputs(engine, tokenizer, settings, paths, model_dir, dist)
+    final = history[-1]
+    seconds = sum(r["seconds"] for r in history)
+    metrics = {
+        # Mean over the last epoch's steps: one step's loss is one small batch's.
+        "train_loss": sum(r["loss"] for r in history[-steps_per_epoch:]) / steps_per_epoch,
+        "validation_loss": final.get("validation_loss"),
+        "validation_accuracy": final.get("validation_accuracy"),
+        "steps": step,
+        "epochs": settings.epochs,
+        "train_rows": len(train_split),
+        "world_size": dist.world_size,
+        "precision": precision,
+        "resumed_from_step": start_step,
+        # Throughput over every step, across segments and resumes (data waits included,
+        # evaluation not).
+        "train_samples_per_s": sum(r["samples"] for r in history) / seconds if seconds else None,
+        "train_tokens_per_s": sum(r["tokens"] for r in history) / seconds if seconds else None,
+        "wall_time_s": time.perf_counter() - started,
+    }
+    if dist.is_main:
+        write_json(paths.metrics, metrics)
+    barrier()
+    torch_dist.destroy_process_group()
+    return metrics

@@ -1,0 +1,300 @@
+"""Retention: old checkpoints go only once S3 provably holds them, never under a running upload.
+
+Receipts come from real uploads to the session's SeaweedFS server.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from s3_helpers import BUCKET, MIB, make_checkpoint, options
+
+from account_tax.io import sha256_file
+from account_tax.manifest import (
+    MANIFEST,
+    CheckpointBusy,
+    checkpoint_lock,
+    lock_path,
+)
+from account_tax.retention import (
+    DELETING_PREFIX,
+    Checkpoint,
+    RetainSettings,
+    choose_kept,
+    remove,
+    retain,
+)
+from account_tax.s3 import (
+    client,
+    upload_checkpoint,
+)
+
+pytest_plugins = ["s3_fixtures"]
+
+REPO = Path(__file__).resolve().parents[1]
+KEEP_ONE = RetainSettings(keep_last=1)
+
+
+def upload(source, run_info, settings, receipts: Path) -> dict:
+    return upload_checkpoint(
+        source, source.name, run_info, settings, receipts / f"{source.name}.json"
+    )
+
+
+def kept(report) -> dict[str, list[str]]:
+    return {Path(entry["path"]).name: entry["reasons"] for entry in report["kept"]}
+
+
+def deleted(report) -> list[str]:
+    return [Path(entry["path"]).name for entry in report["deleted"]]
+
+
+def assert_stored(receipt, settings):
+    """Every object of the receipt is in S3 with the receipt's sha256."""
+    s3 = client(settings)
+    for entry in receipt["objects"]:
+        body = s3.get_object(Bucket=BUCKET, Key=entry["key"])["Body"].read()
+        assert len(body) == entry["size"]
+        assert hashlib.sha256(body).hexdigest() == entry["sha256"]
+
+
+def test_policy_keeps_the_last_k_and_the_best():
+    def checkpoint(step, **metrics):
+        files = {"model.bin": "0" * 64}
+        return Checkpoint(Path(f"step-{step}"), {"step": step, "metrics": metrics, "files": files})
+
+    checkpoints = [
+        checkpoint(1, validation_loss=0.5, validation_accuracy=0.7),
+        checkpoint(2, validation_loss=0.2, validation_accuracy=0.6),
+        checkpoint(3),  # mid-epoch: no validation metrics
+        checkpoint(4, validation_loss=0.4, validation_accuracy=0.9),
+        checkpoint(5),
+        Checkpoint(Path("step-6"), None),
+    ]
+    choose_kept(checkpoints, RetainSettings(keep_last=2))
+    reasons = {c.path.name: c.reasons for c in checkpoints}
+    assert reasons == {
+        "step-1": [],
+        "step-2": ["best validation_loss (min): 0.2"],
+        "step-3": [],
+        "step-4": ["one of the last 2"],
+        "step-5": ["one of the last 2"],
+        "step-6": ["incomplete manifest: being written or damaged; not touched"],
+    }
+    for c in checkpoints:
+        c.reasons.clear()
+    choose_kept(checkpoints, RetainSettings(keep_last=1, metric="validation_accuracy", mode="max"))
+    assert checkpoints[3].reasons == ["best validation_accuracy (max): 0.9"]
+
+
+def test_deletes_only_proven_checkpoints(tmp_path, upload_settings, run_info, caplog):
+    run_dir, receipts = tmp_path / "checkpoints" / "run-abc", tmp_path / "receipts"
+    losses = {100: 0.5, 200: 0.2, 300: 0.4, 400: 0.45, 500: 0.6, 600: 0.3, 700: 0.35}
+    made = {
+        step: make_checkpoint(
+            run_dir, step, {"model.bin": 1000, "optim/rank0.pt": 2000}, {"validation_loss": loss}
+        )
+        for step, loss in losses.items()
+    }
+    uploaded = {step: upload(made[step], run_info, upload_settings, receipts) for step in losses}
+    # 600 and 700 have no receipt; 300 changed after its upload, 400 gained a file.
+    for step in (600, 700):
+        (receipts / f"{made[step].name}.json").unlink()
+    (made[300] / "optim/rank0.pt").write_bytes(b"changed")
+    (made[400] / "extra.bin").write_bytes(b"not uploaded")
+    # A folder being written by some other writer: no manifest yet.
+    torn = run_dir / "step-000000050"
+    torn.mkdir()
+    (torn / "model.bin").write_bytes(b"half")
+
+    caplog.set_level("INFO")
+    report = retain(tmp_path / "checkpoints", [receipts], KEEP_ONE, tmp_path / "report.json")
+
+    assert json.loads((tmp_path / "report.json").read_text()) == report
+    assert deleted(report) == ["step-000000100", "step-000000500"]
+    reasons = kept(report)
+    assert reasons["step-000000050"] == [
+        "incomplete manifest: being written or damaged; not touched"
+    ]
+    assert reasons["step-000000200"] == ["best validation_loss (min): 0.2"]
+    assert reasons["step-000000600"] == ["no upload receipt"]
+    assert reasons["step-000000700"] == ["one of the last 1"]
+    assert "files changed since the upload: ['optim/rank0.pt']" in reasons["step-000000300"][0]
+    assert "not uploaded ['extra.bin']" in reasons["step-000000400"][0]
+    left = [torn.name] + [made[step].name for step in (200, 300, 400, 600, 700)]
+    assert sorted(p.name for p in run_dir.iterdir()) == left  # and no lock files
+    for step in (100, 500):
+        assert f"deleted {made[step]}" in caplog.text
+        assert_stored(uploaded[step], upload_settings)
+
+
+@contextmanager
+def paused_upload(source, receipt, run_info, settings):
+    """An upload in a thread that stops at its first bytes sent until the `with` ends.
+
+    Yields the event that is set once it is sending (and so holds the checkpoint's lock).
+    """
+    sending, resume, failures = threading.Event(), threading.Event(), []
+
+    def progress(_):
+        sending.set()
+        resume.wait()
+
+    def run():
+        try:
+            upload_checkpoint(
+                source, source.name, run_info, settings, receipt, on_progress=progress
+            )
+        except Exception as error:
+            failures.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield sending
+    finally:
+        resume.set()
+        thread.join()
+    assert not failures
+
+
+def wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_checkpoint_under_its_first_upload_is_kept_until_the_receipt(
+    tmp_path, upload_settings, run_info
+):
+    run_dir, receipts = tmp_path / "checkpoints", tmp_path / "receipts"
+    old = make_checkpoint(run_dir, 100, {"model.bin": 12 * MIB})
+    make_checkpoint(run_dir, 200, {"model.bin": 1000})
+    receipt = receipts / "step-100.json"
+
+    with paused_upload(old, receipt, run_info, upload_settings) as sending:
+        assert sending.wait(timeout=120)
+        report = retain(run_dir, [receipts], KEEP_ONE, tmp_path / "report.json")
+        assert deleted(report) == []
+        assert kept(report)[old.name] == ["no upload receipt"]
+    report = retain(run_dir, [receipts], KEEP_ONE, tmp_path / "report.json")
+
+    assert deleted(report) == [old.name]
+    assert_stored(json.loads(receipt.read_text()), upload_settings)
+
+
+def test_checkpoint_under_a_repeated_upload_is_locked(tmp_path, upload_settings, run_info):
+    run_dir, receipts = tmp_path / "checkpoints", tmp_path / "receipts"
+    old = make_checkpoint(run_dir, 100, {"model.bin": 12 * MIB})
+    make_checkpoint(run_dir, 200, {"model.bin": 1000})
+    upload(old, run_info, upload_settings, receipts)  # an earlier receipt that proves it
+
+    with paused_upload(old, receipts / "again.json", run_info, upload_settings) as sending:
+        assert sending.wait(timeout=120)
+        report = retain(run_dir, [receipts], KEEP_ONE, tmp_path / "report.json")
+        assert deleted(report) == []
+        assert kept(report)[old.name] == ["locked: an upload of it is running"]
+        assert (
+            sha256_file(old / "model.bin")
+            == json.loads((old / MANIFEST).read_text())["files"]["model.bin"]
+        )
+    report = retain(run_dir, [receipts], KEEP_ONE, tmp_path / "report.json")
+
+    assert deleted(report) == [old.name]
+
+
+def lock_waiters(path: Path) -> int:
+    """Processes blocked in flock on `path`, from /proc/locks (`->` marks a waiter)."""
+    inode = path.stat().st_ino
+    lines = Path("/proc/locks").read_text().splitlines()
+    return sum("->" in line and line.split()[-3].endswith(f":{inode}") for line in lines)
+
+
+def test_uploader_waiting_on_a_deletion_finds_the_checkpoint_gone(
+    tmp_path, upload_settings, run_info
+):
+    checkpoint = make_checkpoint(tmp_path / "checkpoints", 100, {"model.bin": 1000})
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps(asdict(run_info)))
+    receipt = tmp_path / "receipt.json"
+    settings = json.dumps({"upload": asdict(upload_settings)})
+    arguments = options(
+        source=checkpoint, name="step-100", receipt=receipt, run_file=run_file, settings=settings
+    )
+    command = [sys.executable, REPO / "scripts/upload.py", *arguments]
+
+    with checkpoint_lock(checkpoint, wait=False):  # as retention holds it while deleting
+        uploader = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        wait_for(
+            lambda: lock_waiters(lock_path(checkpoint)) or uploader.poll() is not None,
+            "the uploader never waited for the lock",
+        )
+        remove(checkpoint)
+    _, stderr = uploader.communicate()
+
+    assert uploader.returncode == 2
+    assert "no such checkpoint folder" in stderr
+    assert not receipt.exists()
+    assert not lock_path(checkpoint).exists()
+
+
+def test_a_waiter_whose_lock_file_was_removed_locks_again(tmp_path, upload_settings, run_info):
+    """The lock file goes when its holder releases it; whoever waited on it holds a lock on a
+    file that no longer exists, which would not stop retention: it must lock again."""
+    checkpoint = make_checkpoint(tmp_path / "checkpoints", 100, {"model.bin": 12 * MIB})
+    path = lock_path(checkpoint)
+    holder = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    with paused_upload(checkpoint, tmp_path / "receipt.json", run_info, upload_settings) as sending:
+        wait_for(lambda: lock_waiters(path), "the upload never waited for the lock")
+        path.unlink()  # released the way checkpoint_lock releases it
+        os.close(holder)
+        assert sending.wait(timeout=120)
+        with pytest.raises(CheckpointBusy), checkpoint_lock(checkpoint, wait=False):
+            pass
+    assert (tmp_path / "receipt.json").exists()
+
+
+def test_cli_reports_and_logs_deletions(tmp_path, upload_settings, run_info):
+    run_dir, receipts = tmp_path / "checkpoints", tmp_path / "receipts"
+    old = make_checkpoint(run_dir, 100, {"model.bin": 1000})
+    make_checkpoint(run_dir, 200, {"model.bin": 1000})
+    upload(old, run_info, upload_settings, receipts)
+    report = tmp_path / "report.json"
+    arguments = options(
+        checkpoint_dir=run_dir,
+        receipts=receipts,
+        report=report,
+        settings=json.dumps({"retain": {"keep_last": 1}}),
+    )
+    result = subprocess.run(
+        [sys.executable, REPO / "scripts/retain.py", *arguments], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"deleted {old}" in result.stderr
+    assert deleted(json.loads(report.read_text())) == [old.name]
+
+
+def test_leftovers_of_interrupted_deletions_are_finished(tmp_path):
+    finished = subprocess.Popen([sys.executable, "-c", ""])
+    finished.wait()
+    abandoned = tmp_path / f"{DELETING_PREFIX}step-000000100.{finished.pid}"
+    running = tmp_path / f"{DELETING_PREFIX}step-000000200.{os.getpid()}"
+    for folder in (abandoned, running):
+        folder.mkdir()
+        (folder / "model.bin").write_bytes(b"x")
+
+    retain(tmp_path, [], KEEP_ONE, tmp_path / "report.json")
+
+    assert not abandoned.exists()
+    assert running.exists()

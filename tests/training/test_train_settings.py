@@ -1,0 +1,133 @@
+import json
+import os
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+import yaml
+
+from account_tax.distributed import set_launch_defaults
+from account_tax.train_settings import TrainSettings
+from account_tax.training import deepspeed_config, resolve_precision
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG_SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def train_schema():
+    return yaml.safe_load(CONFIG_SCHEMA.read_text())["properties"]["train"]
+
+
+def schema_defaults(schema):
+    return {
+        name: schema_defaults(spec) if "properties" in spec else spec["default"]
+        for name, spec in schema["properties"].items()
+    }
+
+
+def test_schema_defaults_equal_the_code_defaults():
+    schema = train_schema()
+    assert schema_defaults(schema) == TrainSettings().to_dict()
+
+
+def test_schema_is_valid_and_describes_every_setting():
+    schema = train_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.validate(TrainSettings().to_dict(), schema)
+
+    def names(cls, prefix=""):
+        for f in fields(cls):
+            yield prefix + f.name
+            default = f.default_factory() if callable(f.default_factory) else None
+            if is_dataclass(default):
+                yield from names(type(default), f"{prefix}{f.name}.")
+
+    documented = set()
+
+    def walk(node, prefix=""):
+        for name, spec in node["properties"].items():
+            documented.add(prefix + name)
+            if "properties" in spec:
+                walk(spec, f"{prefix}{name}.")
+
+    walk(schema)
+    assert documented == set(names(TrainSettings))
+
+
+def test_settings_read_nested_sections_and_reject_unknown_keys():
+    settings = TrainSettings.from_dict(
+        {"epochs": 1, "lora": {"r": 2, "target_modules": ["q_proj"]}, "dataloader": {}}
+    )
+    assert settings.lora.r == 2 and settings.lora.target_modules == ("q_proj",)
+    assert TrainSettings.from_dict(settings.to_dict()) == settings
+    with pytest.raises(ValueError, match=r"unknown key\(s\) in train: \['epoch'\]"):
+        TrainSettings.from_dict({"epoch": 1})
+    with pytest.raises(ValueError, match=r"train.lora: \['rank'\]"):
+        TrainSettings.from_dict({"lora": {"rank": 4}})
+    with pytest.raises(ValueError, match="merge_adapter needs"):
+        TrainSettings.from_dict({"lora": {"enabled": False}, "merge_adapter": True})
+
+
+@pytest.mark.parametrize("name", ["zero2.json", "zero3.json"])
+def test_deepspeed_files_are_completed_from_the_settings(name):
+    settings = TrainSettings(
+        deepspeed_config=str(REPO / "config" / "deepspeed" / name),
+        per_device_batch_size=4,
+        gradient_accumulation_steps=3,
+        learning_rate=1e-3,
+    )
+    config = deepspeed_config(settings, "fp32", world_size=2)
+    assert config["zero_optimization"]["stage"] == int(name[4])
+    assert config["train_batch_size"] == 4 * 3 * 2
+    assert config["optimizer"]["params"] == {
+        "betas": [0.9, 0.999],
+        "eps": 1e-08,
+        "torch_adam": True,  # nothing to compile
+        "lr": 1e-3,
+    }
+    assert config["bf16"] == {"enabled": False} and config["fp16"]["enabled"] is False
+    assert deepspeed_config(settings, "fp16", 1)["fp16"]["loss_scale"] == 0  # dynamic scaling
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"train_batch_size": 8}, "come from the train settings"),
+        ({"zero_optimization": {"stage": "auto"}}, 'does not fill in "auto"'),
+    ],
+)
+def test_deepspeed_files_must_not_set_what_the_settings_own(tmp_path, change, message):
+    config = json.loads((REPO / "config" / "deepspeed" / "zero2.json").read_text()) | change
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=message):
+        deepspeed_config(TrainSettings(deepspeed_config=str(path)), "fp32", 1)
+
+
+def test_precision_on_cpu():
+    cpu = torch.device("cpu")
+    assert resolve_precision("auto", cpu) == "fp32"
+    assert resolve_precision("fp32", cpu) == "fp32"
+    with pytest.raises(ValueError, match="needs a GPU"):
+        resolve_precision("bf16", cpu)
+
+
+def test_a_plain_process_gets_launch_defaults(monkeypatch, tmp_path):
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")  # a value already set is kept
+    monkeypatch.chdir(tmp_path)
+
+    set_launch_defaults()
+
+    assert (os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"]) == (
+        "0",
+        "1",
+        "0",
+    )
+    assert int(os.environ["MASTER_PORT"]) > 0
+    assert os.environ["TORCH_EXTENSIONS_DIR"] == str(tmp_path / ".cache" / "torch_extensions")
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "true"

@@ -1,0 +1,109 @@
+rule baseline:
+    input:
+        train="results/serialize/train.parquet",
+        validation="results/serialize/validation.parquet",
+        test="results/serialize/test.parquet",
+        label_map="results/features/label_map.json",
+    output:
+        model="results/baseline/model.joblib",
+        metrics="results/baseline/metrics.json",
+        predictions="results/baseline/test_predictions.parquet",
+    log:
+        "logs/baseline/baseline.log",
+    benchmark:
+        "benchmarks/baseline.tsv"
+    conda:
+        "../../envs/train.yaml"
+    threads: 2
+    params:
+        script=script("baseline"),
+        tracking=RUN_FILE,
+        settings=settings("baseline"),
+    shell:
+        "python {params.script} --settings {params.settings:q} --train {input.train}"
+        " --validation {input.validation} --test {input.test} --label-map {input.label_map}"
+        " --model-output {output.model} --metrics {output.metrics}"
+        " --predictions {output.predictions} --threads {threads}"
+        " --tracking {params.tracking} > {log} 2>&1"
+
+
+rule evaluate:
+    input:
+        model="results/train/model",
+        history="results/train/history.jsonl",
+        validation="results/serialize/validation.parquet",
+        test="results/serialize/test.parquet",
+        baseline="results/baseline/metrics.json",
+    output:
+        metrics="results/evaluate/metrics.json",
+        predictions="results/evaluate/test_predictions.parquet",
+        summary=report(
+            "results/evaluate/summary.html",
+            caption="../report/evaluation_summary.rst",
+            category="Evaluate",
+        ),
+        curves=report(
+            "results/evaluate/training_curves.png",
+            caption="../report/training_curves.rst",
+            category="Train",
+        ),
+        confusion=report(
+            "results/evaluate/confusion_matrix.png",
+            caption="../report/confusion_matrix.rst",
+            category="Evaluate",
+        ),
+        f1_support=report(
+            "results/evaluate/f1_vs_support.png",
+            caption="../report/f1_vs_support.rst",
+            category="Evaluate",
+        ),
+        comparison=report(
+            "results/evaluate/baseline_comparison.png",
+            caption="../report/baseline_comparison.rst",
+            category="Evaluate",
+        ),
+    log:
+        "logs/evaluate/evaluate.log",
+    benchmark:
+        "benchmarks/evaluate.tsv"
+    conda:
+        "../../envs/train.yaml"
+    threads: 2
+    params:
+        script=script("evaluate"),
+        tracking=RUN_FILE,
+        settings=settings("train"),
+    shell:
+        "OMP_NUM_THREADS={threads} python {params.script} --settings {params.settings:q}"
+        " --model {input.model} --history {input.history} --validation {input.validation}"
+        " --test {input.test} --baseline-metrics {input.baseline} --metrics {output.metrics}"
+        " --predictions {output.predictions} --summary {output.summary}"
+        " --curves {output.curves} --confusion {output.confusion}"
+        " --f1-support {output.f1_support} --comparison {output.comparison}"
+        " --threads {threads} --tracking {params.tracking} > {log} 2>&1"
+
+
+rule predict:
+    input:
+        records=predict_input,
+        model="results/train/model",
+    output:
+        predictions="results/predict/{name}.parquet",
+        rejects="results/predict/{name}.rejects.parquet",
+    log:
+        "logs/predict/{name}.log",
+    benchmark:
+        "benchmarks/predict/{name}.tsv"
+    conda:
+        "../../envs/train.yaml"
+    threads: 2
+    params:
+        script=script("predict"),
+        tracking=RUN_FILE,
+        top_k=config["predict"]["top_k"],
+        settings=settings("data", "clean", "features", "serialize"),
+    shell:
+        "OMP_NUM_THREADS={threads} python {params.script} --settings {params.settings:q}"
+        " --input {input.records:q} --model {input.model} --output {output.predictions}"
+        " --rejects {output.rejects} --top-k {params.top_k} --threads {threads}"
+        " --tracking {params.tracking} > {log} 2>&1"

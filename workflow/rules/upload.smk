@@ -1,0 +1,69 @@
+# Uploads read checkpoints that are not rule outputs (see CHECKPOINT_DIR): each segment's marker
+# names them. The upload of segment s runs while segment s+1 trains; retention only acts on
+# receipts, so it can never delete a checkpoint whose upload is unproven or still running.
+
+
+rule upload_checkpoints:
+    input:
+        marker="results/train/segments/{segment}.json",
+    output:
+        "results/upload/checkpoints/segment-{segment}.json",
+    log:
+        "logs/upload/checkpoints-{segment}.log",
+    benchmark:
+        "benchmarks/upload/checkpoints-{segment}.tsv"
+    conda:
+        "../../envs/tracking.yaml"
+    params:
+        script=script("upload"),
+        tracking=RUN_FILE,
+        receipts=RECEIPTS_DIR,
+        settings=settings("upload"),
+    shell:
+        "python {params.script} --settings {params.settings:q} --run-file {params.tracking}"
+        " --segment-marker {input.marker} --receipts-dir {params.receipts} --index {output}"
+        " --tracking {params.tracking} > {log} 2>&1"
+
+
+rule upload_model:
+    input:
+        "results/train/model",
+    output:
+        "results/upload/model.json",
+    log:
+        "logs/upload/model.log",
+    benchmark:
+        "benchmarks/upload/model.tsv"
+    conda:
+        "../../envs/tracking.yaml"
+    params:
+        script=script("upload"),
+        tracking=RUN_FILE,
+        settings=settings("upload"),
+    shell:
+        "python {params.script} --settings {params.settings:q} --run-file {params.tracking}"
+        " --source {input} --name model --receipt {output}"
+        " --tracking {params.tracking} > {log} 2>&1"
+
+
+rule retain:
+    input:
+        "results/upload/checkpoints/segment-{segment}.json",
+    output:
+        "results/retain/segment-{segment}.json",
+    log:
+        "logs/retain/segment-{segment}.log",
+    benchmark:
+        "benchmarks/retain/segment-{segment}.tsv"
+    conda:
+        "../../envs/tracking.yaml"
+    params:
+        script=script("retain"),
+        tracking=RUN_FILE,
+        checkpoint_dir=CHECKPOINT_DIR,
+        receipts=RECEIPTS_DIR,
+        settings=settings("retain"),
+    shell:
+        "python {params.script} --settings {params.settings:q}"
+        " --checkpoint-dir {params.checkpoint_dir} --receipts {params.receipts}"
+        " --report {output} --tracking {params.tracking} > {log} 2>&1"
