@@ -123,10 +123,12 @@ def train_launcher(wildcards, threads, resources):
     launch = config["train_resources"]
     nodes = int(resources.get("nodes") or 1)
     gres = str(resources.get("gres") or "")
-    gpu_gres = [item.split(":") for item in gres.split(",") if item.split(":")[0] == "gpu"]
+    gpu_gres = [
+        item.split(":") for item in gres.split(",") if item.split(":")[0] == "gpu"
+    ]
     if gpu_gres:
         count = gpu_gres[0][-1]
-        gpus = int(count) if len(gpu_gres[0]) > 1 and count.isdigit() else 1
+        gpus = int(count) if count.isdigit() else 1
     elif nodes > 1 and resources.get("gpu"):
         raise WorkflowError(
             "train on several nodes: ask for GPUs per node with the resource gres=gpu:N;"

@@ -9,6 +9,8 @@ rule ingest:
         "benchmarks/ingest.tsv"
     conda:
         "../../envs/data.yaml"
+    container:
+        "containers/data.sif"
     threads: 2
     params:
         script=script("ingest"),
@@ -38,6 +40,8 @@ rule clean:
         "benchmarks/clean.tsv"
     conda:
         "../../envs/data.yaml"
+    container:
+        "containers/data.sif"
     threads: 2
     params:
         script=script("clean"),
@@ -68,6 +72,8 @@ rule features:
         "benchmarks/features.tsv"
     conda:
         "../../envs/data.yaml"
+    container:
+        "containers/data.sif"
     threads: 2
     params:
         script=script("features"),
@@ -101,6 +107,8 @@ rule split:
         "benchmarks/split.tsv"
     conda:
         "../../envs/data.yaml"
+    container:
+        "containers/data.sif"
     threads: 2
     params:
         script=script("split"),
@@ -126,6 +134,8 @@ rule serialize:
         "benchmarks/serialize/{split}.tsv"
     conda:
         "../../envs/data.yaml"
+    container:
+        "containers/data.sif"
     threads: 1
     params:
         script=script("serialize"),

@@ -14,6 +14,8 @@ rule baseline:
         "benchmarks/baseline.tsv"
     conda:
         "../../envs/train.yaml"
+    container:
+        "containers/train.sif"
     threads: 2
     params:
         script=script("baseline"),
@@ -68,6 +70,8 @@ rule evaluate:
         "benchmarks/evaluate.tsv"
     conda:
         "../../envs/train.yaml"
+    container:
+        "containers/train.sif"
     threads: 2
     params:
         script=script("evaluate"),
@@ -96,6 +100,8 @@ rule predict:
         "benchmarks/predict/{name}.tsv"
     conda:
         "../../envs/train.yaml"
+    container:
+        "containers/train.sif"
     threads: 2
     params:
         script=script("predict"),

@@ -16,6 +16,8 @@ rule resources:
         "logs/report/resources.log",
     conda:
         "../../envs/data.yaml"
+    container:
+        "containers/data.sif"
     params:
         script=script("resources"),
         benchmarks="benchmarks",

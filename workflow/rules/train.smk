@@ -13,6 +13,8 @@ rule train_segment:
         segment="|".join(str(s) for s in range(1, TRAIN_SEGMENTS)) or "(?!)",
     conda:
         "../../envs/train.yaml"
+    container:
+        "containers/train.sif"
     threads: train_threads()
     resources:
         **train_resources(),
@@ -43,6 +45,8 @@ rule train:
         "benchmarks/train/train.tsv"
     conda:
         "../../envs/train.yaml"
+    container:
+        "containers/train.sif"
     threads: train_threads()
     resources:
         **train_resources(),

@@ -14,6 +14,8 @@ rule upload_checkpoints:
         "benchmarks/upload/checkpoints-{segment}.tsv"
     conda:
         "../../envs/tracking.yaml"
+    container:
+        "containers/tracking.sif"
     params:
         script=script("upload"),
         tracking=RUN_FILE,
@@ -36,6 +38,8 @@ rule upload_model:
         "benchmarks/upload/model.tsv"
     conda:
         "../../envs/tracking.yaml"
+    container:
+        "containers/tracking.sif"
     params:
         script=script("upload"),
         tracking=RUN_FILE,
@@ -57,6 +61,8 @@ rule retain:
         "benchmarks/retain/segment-{segment}.tsv"
     conda:
         "../../envs/tracking.yaml"
+    container:
+        "containers/tracking.sif"
     params:
         script=script("retain"),
         tracking=RUN_FILE,

@@ -1,0 +1,323 @@
+"""Apptainer for the tests: find (or unpack) the binary, install its runtime packages, and build
+a cached image of one conda env's packages.
+
+The image is built the way that works on machines where a definition file's `%post` cannot run
+(root without CAP_SYS_RESOURCE): a debootstrap sandbox of Debian bookworm with its Python 3.11,
+the env's pinned packages installed into it with `apptainer exec --writable`, then
+`apptainer build IMAGE SANDBOX`. The wheels are fetched on the host with this environment's pip
+(its registry and settings), so the container needs no network. The project's package is
+installed like containers/*.def do it, editable from /opt/account-tax/src; a run binds the
+checkout's src/ there, so editing the code does not invalidate the image.
+
+Images are cached under .cache/apptainer/images/, named by a hash of everything that goes into
+them except the project's code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from apptainer_envs import REPO, read_env
+
+CACHE = REPO / ".cache" / "apptainer"
+# CI and the project's machines have the shared folder beside the repository.
+SHARED_TOOLS = REPO.parent / "shared" / "tools"
+# Debian package -> a program it installs.
+RUNTIME_PACKAGES = {
+    "squashfs-tools": "mksquashfs",
+    "squashfuse": "squashfuse",
+    "fuse2fs": "fuse2fs",
+    "uidmap": "newuidmap",
+    "debootstrap": "debootstrap",
+}
+SUITE = "bookworm"  # Debian 12: Python 3.11, as envs/*.yaml pin
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+BASE_DEFINITION = """\
+Bootstrap: debootstrap
+OSVersion: {suite}
+MirrorURL: {mirror}
+Include: python3 python-is-python3
+"""
+# The project's package inside the image, as in containers/*.def.
+PROJECT_DIR = "/opt/account-tax"
+# Bump when the build steps below change, so cached images are rebuilt.
+RECIPE = 1
+SBIN = os.pathsep.join(["/usr/local/sbin", "/usr/sbin", "/sbin"])
+
+
+class Unavailable(Exception):
+    """Apptainer cannot run here; the message says why (the tests skip with it)."""
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """An exclusive lock file: two test runs never unpack or build the same thing at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def start(command: list[str], *, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(part) for part in command],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen, *, log: Path | None = None, started: float | None = None):
+    """Wait for a command; on failure raise with the end of its output (kept in `log`)."""
+    stdout, _ = process.communicate()
+    command = " ".join(process.args)
+    if log is not None:
+        took = f" ({time.monotonic() - started:.0f} s)" if started is not None else ""
+        with log.open("a", encoding="utf-8") as handle:
+            handle.write(f"$ {command}{took}\n{stdout}\n")
+    if process.returncode != 0:
+        raise RuntimeError(f"{command[:300]} failed ({process.returncode}):\n{stdout[-4000:]}")
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout)
+
+
+def run(command: list[str], *, env: dict[str, str] | None = None, log: Path | None = None):
+    """Run a command; on failure raise with the end of its output (and keep it in `log`)."""
+    return finish(start(command, env=env), log=log, started=time.monotonic())
+
+
+def which(program: str) -> str | None:
+    return shutil.which(program, path=os.pathsep.join([os.environ.get("PATH", ""), SBIN]))
+
+
+_apt_updated = False
+
+
+def ensure_runtime_packages() -> None:
+    """Install Apptainer's runtime packages (and debootstrap) with apt-get when missing."""
+    global _apt_updated
+    missing = [package for package, program in RUNTIME_PACKAGES.items() if not which(program)]
+    if not missing:
+        return
+    if os.geteuid() != 0 or not which("apt-get"):
+        raise Unavailable(
+            f"Apptainer's runtime packages are missing ({' '.join(missing)}) and cannot be "
+            "installed here (needs root and apt-get)"
+        )
+    env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
+    apt = ["apt-get", "-o", "DPkg::Lock::Timeout=600"]
+    if not _apt_updated:
+        run([*apt, "update"], env=env)
+        _apt_updated = True
+    run([*apt, "install", "-y", "--no-install-recommends", *missing], env=env)
+
+
+def unpack_tarball() -> Path:
+    """The relocatable Apptainer from ../shared/tools, unpacked once into the cache."""
+    tarballs = sorted(SHARED_TOOLS.glob("apptainer-*.tar.gz"))
+    if not tarballs:
+        raise Unavailable(
+            "Apptainer is not available: no `apptainer` on PATH and no "
+            f"{SHARED_TOOLS}/apptainer-*.tar.gz to unpack"
+        )
+    tarball = tarballs[-1]
+    target = CACHE / tarball.name.removesuffix(".tar.gz")
+    binary = target / "apptainer" / "bin" / "apptainer"
+    with locked(CACHE / "unpack.lock"):
+        if not binary.is_file():
+            scratch = Path(tempfile.mkdtemp(dir=CACHE, prefix="unpack-"))
+            scratch.chmod(0o755)
+            with tarfile.open(tarball) as archive:
+                archive.extractall(scratch, filter="tar")
+            shutil.rmtree(target, ignore_errors=True)
+            scratch.rename(target)
+    return binary
+
+
+def mirror_url(suite: str = SUITE) -> str:
+    """The Debian mirror this machine's apt sources use for `suite`, else deb.debian.org."""
+    sources = Path("/etc/apt")
+    files = [sources / "sources.list", *sorted((sources / "sources.list.d").glob("*"))]
+    for path in files:
+        if not path.is_file() or path.suffix not in {".list", ".sources", ""}:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if path.suffix == ".sources":
+            for stanza in re.split(r"\n\s*\n", text):
+                fields = {}
+                for line in stanza.splitlines():
+                    if line.startswith("#") or ":" not in line:
+                        continue
+                    key, _, value = line.partition(":")
+                    fields[key.strip().lower()] = value.split()
+                if (
+                    "deb" in fields.get("types", [])
+                    and suite in fields.get("suites", [])
+                    and fields.get("uris")
+                ):
+                    return fields["uris"][0].rstrip("/")
+        else:
+            for line in text.splitlines():
+                words = re.sub(r"\[[^\]]*\]", "", line.split("#")[0]).split()
+                if len(words) >= 3 and words[0] == "deb" and words[2] == suite:
+                    return words[1].rstrip("/")
+    return DEFAULT_MIRROR
+
+
+@dataclass
+class Apptainer:
+    binary: Path
+    home: Path  # the temporary folder for its config, cache and temporary files
+
+    @classmethod
+    def find(cls, home: Path) -> Apptainer:
+        """`apptainer` from PATH, else the shared tarball unpacked; runtime packages ensured."""
+        on_path = shutil.which("apptainer")
+        binary = Path(on_path) if on_path else unpack_tarball()
+        ensure_runtime_packages()
+        tool = cls(binary, home)
+        run([binary, "--version"], env=tool.env())
+        return tool
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """The environment for Apptainer (and Snakemake): nothing written to the home folder."""
+        folders = {
+            "XDG_CACHE_HOME": self.home / "xdg-cache",
+            "APPTAINER_CONFIGDIR": self.home / "config",
+            "APPTAINER_CACHEDIR": self.home / "cache",
+            "APPTAINER_TMPDIR": self.home / "tmp",
+        }
+        for folder in folders.values():
+            folder.mkdir(parents=True, exist_ok=True)
+        path = os.pathsep.join([str(self.binary.parent), os.environ.get("PATH", ""), SBIN])
+        return (os.environ if base is None else base) | {
+            **{key: str(value) for key, value in folders.items()},
+            "PATH": path,
+        }
+
+    @staticmethod
+    def capability_args() -> list[str]:
+        """Root on these machines lacks CAP_SYS_RESOURCE, which Apptainer asks for by default."""
+        return ["--drop-caps", "CAP_SYS_RESOURCE"] if os.geteuid() == 0 else []
+
+    def exec(self, image: Path, *command: str, args: list[str] = (), log: Path | None = None):
+        return run(
+            [self.binary, "exec", *self.capability_args(), *args, image, *command],
+            env=self.env(),
+            log=log,
+        )
+
+
+def runtime_binds() -> list[str]:
+    """What a rule needs from the checkout: its scripts (by absolute path) and the package code."""
+    return [
+        "--bind",
+        f"{REPO / 'scripts'}:{REPO / 'scripts'}:ro",
+        "--bind",
+        f"{REPO / 'src'}:{PROJECT_DIR}/src:ro",
+    ]
+
+
+def image_key(requirements: list[str]) -> str:
+    recipe = {
+        "recipe": RECIPE,
+        "definition": BASE_DEFINITION,
+        "suite": SUITE,
+        "requirements": sorted(requirements),
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+    }
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def env_image(tool: Apptainer, env_file: Path) -> Path:
+    """The cached image of `env_file`'s packages, built on first use."""
+    env = read_env(env_file)
+    requirements = [pin.requirement for pin in env.pins]
+    image = CACHE / "images" / f"{env.name}-{image_key(requirements)}.sif"
+    if image.is_file():
+        return image
+    if os.geteuid() != 0:
+        raise Unavailable(f"building {image.name} needs root (debootstrap); none is cached")
+    with locked(CACHE / "build.lock"):
+        if not image.is_file():
+            for stale in [*CACHE.glob("build-*"), *CACHE.glob("trash-*")]:
+                shutil.rmtree(stale, ignore_errors=True)  # left by an interrupted build
+            build_image(tool, requirements, image)
+            for older in image.parent.glob(f"{env.name}-*"):  # images of earlier versions
+                if older.stem != image.stem:
+                    older.unlink()
+    return image
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a build folder in the background: a sandbox is tens of thousands of files."""
+    trash = path.with_name(f"trash-{path.name}")
+    path.rename(trash)
+    subprocess.Popen(["rm", "-rf", str(trash)], start_new_session=True)
+
+
+def build_image(tool: Apptainer, requirements: list[str], image: Path) -> None:
+    image.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=CACHE, prefix="build-"))
+    log = image.with_suffix(".log")
+    log.write_text(f"building {image.name}: {requirements}\n", encoding="utf-8")
+    started = time.monotonic()
+    try:
+        # Wheels for the image, fetched and built on the host (same Python minor version)
+        # while debootstrap builds the base.
+        wheels = work / "wheels"
+        pip_env = tool.env() | {"PIP_CACHE_DIR": str(CACHE / "pip")}
+        pip_wheel = [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", wheels]
+        fetch = start([*pip_wheel, "pip", "setuptools>=77", *requirements], env=pip_env)
+        definition = work / "base.def"
+        definition.write_text(BASE_DEFINITION.format(suite=SUITE, mirror=mirror_url()))
+        sandbox = work / "sandbox"
+        try:
+            run([tool.binary, "build", "--sandbox", sandbox, definition], env=tool.env(), log=log)
+        finally:
+            finish(fetch, log=log, started=started)
+        pip = f"/mnt/{next(wheels.glob('pip-*.whl')).name}/pip"
+        install = ["python3", pip, "install", "--no-index", "--find-links", "/mnt"]
+        install += ["--break-system-packages", "--root-user-action=ignore"]
+        mount = ["--writable", "--bind", f"{wheels}:/mnt:ro"]
+        tool.exec(sandbox, *install, *requirements, args=mount, log=log)
+
+        # The project, editable from PROJECT_DIR/src, as containers/*.def install it.
+        project = sandbox / PROJECT_DIR.lstrip("/")
+        project.mkdir(parents=True)
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy2(REPO / name, project / name)
+        shutil.copytree(
+            REPO / "src",
+            project / "src",
+            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+        )
+        tool.exec(sandbox, *install, "--no-deps", "-e", PROJECT_DIR, args=mount, log=log)
+
+        for deb in (sandbox / "var/cache/apt/archives").glob("*.deb"):
+            deb.unlink()
+        partial = work / image.name
+        # lz4: an eighth of the default compression time, for a slightly larger file.
+        squash = ["--mksquashfs-args", "-comp lz4"]
+        run([tool.binary, "build", *squash, partial, sandbox], env=tool.env(), log=log)
+        partial.replace(image)
+        with log.open("a", encoding="utf-8") as handle:
+            handle.write(f"built in {time.monotonic() - started:.0f} s\n")
+    finally:
+        remove_tree(work)

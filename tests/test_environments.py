@@ -1,0 +1,257 @@
+"""The per-stage software environments agree with each other and with what the stages import.
+
+conda cannot solve environments on the machines these tests run on (no conda channel is
+reachable), so the conda side is checked for consistency only: pins against pyproject.toml,
+rules against env files, the stages' imports (read with ast) against each env, and each
+Apptainer definition file against its env. tests/test_apptainer.py builds a real image of the
+data env and runs a rule in it.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import tomllib
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import yaml
+from apptainer_envs import (
+    CONTAINERS,
+    LOCKSTEP,
+    REPO,
+    env_files,
+    read_definition,
+    read_env,
+    read_rules,
+)
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
+SRC = REPO / "src"
+PACKAGE = "account_tax"
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+ENV_NAMES = [path.stem for path in env_files()]
+RULES = read_rules()
+
+# Import names that more than one distribution provides, and which of them really serve it.
+IMPORT_PROVIDERS = {"mlflow": {"mlflow", "mlflow-skinny"}}
+# What a distribution needs at run time beyond its declared dependencies, for the way the
+# workflow uses it: the MLflow client reads the default SQLite store through SQLAlchemy and
+# Alembic, which mlflow-skinny does not declare.
+RUNTIME_NEEDS = {"mlflow-skinny": {"sqlalchemy", "alembic"}}
+
+
+def pyproject_pins() -> dict[str, str]:
+    """Every exact pin in pyproject.toml, optional groups included, by PyPI name."""
+    project = PYPROJECT["project"]
+    lines = list(project["dependencies"])
+    for group in project.get("optional-dependencies", {}).values():
+        lines += group
+    pins = {}
+    for line in lines:
+        requirement = Requirement(line)
+        specifiers = list(requirement.specifier)
+        if len(specifiers) == 1 and specifiers[0].operator == "==":
+            pins[canonicalize_name(requirement.name)] = specifiers[0].version
+    return pins
+
+
+def test_there_is_one_env_per_kind_of_stage():
+    assert ENV_NAMES == ["data", "tracking", "train"]
+
+
+def test_the_name_mapping_is_needed_and_used():
+    # conda-forge calls them pytorch and matplotlib-base; the pins compare under PyPI names.
+    train = read_env(REPO / "envs" / "train.yaml")
+    written = {pin.written.split("=")[0]: pin.name for pin in train.pins}
+    assert written["pytorch"] == "torch"
+    assert written["matplotlib-base"] == "matplotlib"
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_env_pins_agree_with_pyproject(name):
+    env = read_env(REPO / "envs" / f"{name}.yaml")
+    pins = pyproject_pins()
+    assert env.channels[0] == "conda-forge"
+    assert env.python is not None, f"{name}.yaml: no python version"
+    assert SpecifierSet(PYPROJECT["project"]["requires-python"]).contains(env.python + ".0"), (
+        f"{name}.yaml: python={env.python} is outside requires-python"
+    )
+    disagree = []
+    for pin in env.pins:
+        assert pin.version, f"{name}.yaml: {pin.written!r} is not pinned to one version"
+        expected = pins.get(pin.name) or pins.get(LOCKSTEP.get(pin.name, ""))
+        if expected is not None and pin.version != expected:
+            disagree.append(f"{pin.written} (pyproject.toml: {expected})")
+    assert not disagree, f"{name}.yaml disagrees with pyproject.toml: {disagree}"
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_env_installs_the_project_from_this_checkout(name):
+    env = read_env(REPO / "envs" / f"{name}.yaml")
+    assert env.editable == [REPO], f"{name}.yaml must install the checkout: `-e ../`"
+    # Only the core dependencies and this kind of stage's extra, not every stage's packages.
+    expected = "" if name == "data" else name
+    assert env.extras == [expected]
+    assert expected == "" or expected in PYPROJECT["project"]["optional-dependencies"]
+
+
+def test_every_rule_runs_in_an_env_and_a_container_of_the_same_kind():
+    rules = [rule for rule in RULES if rule.runs_command]
+    assert {rule.name for rule in rules} >= {"ingest", "clean", "train", "evaluate", "retain"}
+    for rule in rules:
+        where = f"rule {rule.name} ({rule.file.name})"
+        assert rule.conda, f"{where}: no conda: directive"
+        env = rule.conda_env()
+        assert env.is_file(), f"{where}: conda env {rule.conda} does not exist"
+        assert env.parent == REPO / "envs", f"{where}: {rule.conda} is not in envs/"
+        assert rule.container == f"containers/{env.stem}.sif", (
+            f'{where}: expected container: "containers/{env.stem}.sif" beside its conda env'
+        )
+        assert (CONTAINERS / f"{env.stem}.def").is_file(), f"{where}: no definition file"
+        assert rule.script and (REPO / "scripts" / f"{rule.script}.py").is_file(), where
+
+
+@cache
+def module_imports(path: Path) -> frozenset[str]:
+    """Dotted names a module imports, lazily imported ones (inside functions) included."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return frozenset(names)
+
+
+def package_module(dotted: str) -> Path | None:
+    base = SRC.joinpath(*dotted.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def third_party_imports(script: Path) -> dict[str, str]:
+    """Top-level third-party import -> the first file that imports it, following the
+    project's own modules from the script."""
+    found: dict[str, str] = {}
+    todo, seen = [script], set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in sorted(module_imports(path)):
+            top = name.split(".")[0]
+            if top == PACKAGE:
+                module = package_module(name)
+                if module is not None:
+                    todo.append(module)
+            elif top != "__future__" and top not in sys.stdlib_module_names:
+                found.setdefault(top, str(path.relative_to(REPO)))
+    return found
+
+
+@cache
+def installed_requires(name: str) -> frozenset[str]:
+    """A distribution's run-time dependencies (no extras), read from this environment."""
+    try:
+        lines = metadata.requires(name) or []
+    except metadata.PackageNotFoundError:
+        return frozenset()
+    needs = set()
+    for line in lines:
+        requirement = Requirement(line)
+        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            needs.add(canonicalize_name(requirement.name))
+    return frozenset(needs)
+
+
+def closure(names: set[str]) -> set[str]:
+    """The distributions an env ends up with: its packages and their dependencies. The
+    project's own dependency list is not followed: it is the whole workflow's."""
+    result, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name not in result:
+            result.add(name)
+            todo.extend(installed_requires(name))
+    return result
+
+
+@cache
+def import_names() -> dict[str, list[str]]:
+    return metadata.packages_distributions()
+
+
+def providers(top: str) -> set[str]:
+    if top in IMPORT_PROVIDERS:
+        return IMPORT_PROVIDERS[top]
+    distributions = import_names().get(top)
+    assert distributions, f"`import {top}`: not installed here, so its distribution is unknown"
+    return {canonicalize_name(name) for name in distributions}
+
+
+def stage_rules() -> list:
+    return [rule for rule in RULES if rule.script and rule.conda]
+
+
+@pytest.mark.parametrize("rule", stage_rules(), ids=lambda rule: rule.name)
+def test_every_package_a_stage_imports_is_in_its_env(rule):
+    env = read_env(rule.conda_env())
+    available = closure({pin.name for pin in env.pins})
+    script = REPO / "scripts" / f"{rule.script}.py"
+    missing = [
+        f"{top} (imported in {where})"
+        for top, where in sorted(third_party_imports(script).items())
+        if not providers(top) & available
+    ]
+    assert not missing, f"rule {rule.name}: envs/{env.name}.yaml lacks {missing}"
+    for name, needs in RUNTIME_NEEDS.items():
+        if name in available:
+            assert needs <= available, f"envs/{env.name}.yaml: {name} also needs {needs}"
+
+
+def test_the_model_package_of_the_default_config_is_in_the_train_env():
+    # `pkg:` paths in train.model are resolved inside the training job, in its env.
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text(encoding="utf-8"))
+    model = config["train"]["model"]
+    assert model.startswith("pkg:")
+    package = model.removeprefix("pkg:").split("/")[0]
+    env = read_env(REPO / "envs" / "train.yaml")
+    assert providers(package) & {pin.name for pin in env.pins}, (
+        f"envs/train.yaml lacks the package of {model}"
+    )
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_container_definition_installs_its_env(name):
+    env = read_env(REPO / "envs" / f"{name}.yaml")
+    definition = read_definition(CONTAINERS / f"{name}.def")
+    assert definition.header["Bootstrap"] == "docker"
+    wanted = {pin.name: pin.version for pin in env.pins}
+    assert definition.pins() == wanted, (
+        f"containers/{name}.def installs {definition.pins()}, envs/{name}.yaml pins {wanted}"
+    )
+    post = definition.sections["post"]
+    assert "--no-deps -e /opt/account-tax" in post, "the project, without its dependencies"
+    files = definition.sections["files"].split()
+    assert {"pyproject.toml", "README.md", "src"} <= set(files)
+    base = definition.base_image()
+    if name == "train":
+        assert base.startswith("nvidia/cuda:") and "-cudnn-runtime-ubuntu22.04" in base
+        assert f"python{env.python}" in post
+    else:
+        assert base == f"python:{env.python}-slim-bookworm"
+
+
+def test_container_readme_documents_a_build_command_for_each_image():
+    readme = (CONTAINERS / "README.md").read_text(encoding="utf-8")
+    for name in ENV_NAMES:
+        assert f"apptainer build containers/{name}.sif containers/{name}.def" in readme
