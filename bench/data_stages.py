@@ -284,14 +284,14 @@ def run_side(side: str, case_dir: Path, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     stage = Stages()
     (run_ours if side == "ours" else run_baseline)(case_dir, out_dir, stage)
-    # ru_maxrss is in KiB on Linux; RUSAGE_CHILDREN covers datasets' finished workers.
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    # Resetting the peak mark per stage also resets this process's ru_maxrss, so its peak is the
+    # largest stage peak; RUSAGE_CHILDREN (KiB) covers datasets' finished workers.
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     timing = {
         "stages": stage.seconds,
         "stage_cpu_seconds": stage.cpu_seconds,
         "stage_peak_rss_mb": stage.peak_rss_mb,
-        "max_process_rss_mb": max(own, children) / 1024,
+        "max_process_rss_mb": max(*stage.peak_rss_mb.values(), children),
     }
     (out_dir / "timing.json").write_text(json.dumps(timing), encoding="utf-8")
 

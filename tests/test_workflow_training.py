@@ -193,3 +193,29 @@ def test_report_renders_in_a_real_browser_with_every_category(trained):
     for category in ("Clean", "Features", "Split", "Train", "Evaluate", "Resources"):
         assert category in text, category
     assert screenshot.stat().st_size > 10_000
+
+
+def test_a_second_workflow_run_gets_its_own_mlflow_run_and_s3_keys(trained):
+    workdir, config, _, server = trained
+    first_run = json.loads((workdir / "results/tracking/run.json").read_text())
+    first = json.loads((workdir / "results/upload/model.json").read_text())
+    result = snakemake(
+        workdir, "results/upload/model.json", "-R", "upload_model", config=config, env=server.env()
+    )
+    assert jobs_run(result) == {"upload_model": 1}
+    second_run = json.loads((workdir / "results/tracking/run.json").read_text())
+    second = json.loads((workdir / "results/upload/model.json").read_text())
+    assert second_run["run_id"] != first_run["run_id"]
+    assert second["prefix"] != first["prefix"]
+    assert second_run["run_id"] in second["prefix"]
+    # Both runs' objects are in the one bucket, and both runs in the one MLflow store.
+    s3 = server.client()
+    for receipt in (first, second):
+        keys = {
+            o["Key"]
+            for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=receipt["prefix"])["Contents"]
+        }
+        assert keys == {receipt["prefix"] + o["path"] for o in receipt["objects"]}
+    mlflow = MlflowClient(tracking_uri=second_run["tracking_uri"])
+    run_ids = {run.info.run_id for run in mlflow.search_runs(second_run["experiment_id"])}
+    assert {first_run["run_id"], second_run["run_id"]} <= run_ids

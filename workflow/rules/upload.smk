@@ -1,6 +1,13 @@
 # Uploads read checkpoints that are not rule outputs (see CHECKPOINT_DIR): each segment's marker
 # names them. The upload of segment s runs while segment s+1 trains; retention only acts on
 # receipts, so it can never delete a checkpoint whose upload is unproven or still running.
+# They are local rules: compute nodes often have no route to S3, and these jobs are light.
+
+
+localrules:
+    upload_checkpoints,
+    upload_model,
+    retain,
 
 
 rule upload_checkpoints:

@@ -1,0 +1,287 @@
+"""The workflow on a real SLURM cluster, through `snakemake --profile profiles/slurm`.
+
+The cluster runs on 127.0.0.1 (tests/slurm_cluster.py): two slurmd daemons, n1 and n2, each with
+the machine's CPUs and a stand-in GPU, and no accounting, so the plugin's squeue status mode is
+used. The data stages and a two-node training job of a tiny BERT (one torchrun per node under
+srun, c10d rendezvous, gloo) run as SLURM jobs; the test checks the results and SLURM's own
+records of the jobs. The Debian packages are installed when missing; the test skips only when
+that fails. The launcher's command for other layouts is checked by dry runs, without a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import polars as pl
+import pytest
+import yaml
+from sample_ledger import ledger_config, small_ledger
+from slurm_cluster import SlurmCluster, install_slurm
+from tiny_models import build_tiny_bert
+from workflow_runner import REPO, SECRETS, VENV_BIN, jobs_run
+
+pytestmark = pytest.mark.workflow
+
+PROFILE = REPO / "profiles" / "slurm"
+SERIALIZED = [f"results/serialize/{name}.parquet" for name in ("train", "validation", "test")]
+CORPUS = [
+    "memo office supplies rent sales revenue bank no #",
+    "vendor acme gmbh amount +1e1 +1e2 month 3",
+    *"0123456789|:#+",
+] * 3
+# The test cluster's limits instead of the profile's: its partition, no accounting (squeue
+# status; --slurm-no-account is a no-op in plugin 2.8.0), small memory, one stand-in GPU and
+# one CPU per node for training, first status check after 1 s, SLURM logs of successful jobs
+# kept as evidence.
+CLUSTER_OVERRIDES = [
+    "--default-resources",
+    "slurm_partition=debug",
+    "mem_mb=1000",
+    "runtime=10",
+    "--set-resources",
+    "train:gres=gpu:1",
+    "train:cpus_per_gpu=1",
+    "train:mem_mb=3000",
+    "train:runtime=10",
+    "--set-threads",
+    "train=1",
+    "serialize=1",
+    "--slurm-status-command",
+    "squeue",
+    "--slurm-no-account",
+    "--slurm-init-seconds-before-status-checks",
+    "1",
+    "--slurm-keep-successful-logs",
+    "--jobs",
+    "3",
+]
+
+
+def run_snakemake(workdir, *args, config, env=None, timeout=900):
+    """snakemake with the repository's Snakefile in `workdir`; killed (its whole process group)
+    if it outlives `timeout`: the executor plugin has been seen to wait forever."""
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    command = [
+        str(VENV_BIN / "snakemake"),
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        *args,
+        "--configfile",
+        str(workdir / "config.yaml"),
+    ]
+    env = (
+        os.environ
+        | SECRETS
+        | (env or {})
+        | {
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
+            "XDG_CACHE_HOME": str(workdir / ".cache"),
+            "TORCH_EXTENSIONS_DIR": str(REPO / ".cache" / "torch_extensions"),
+        }
+    )
+    process = subprocess.Popen(
+        command,
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as timed_out:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        raise AssertionError(
+            f"snakemake still running after {timeout} s:\n{stderr[-6000:]}"
+        ) from timed_out
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = install_slurm()
+    if reason is not None:
+        pytest.skip(f"no SLURM: {reason}")
+    with SlurmCluster(
+        tmp_path_factory.mktemp("slurm"), nodes=2, cpus=2, gpus_per_node=1, min_job_age=3600
+    ) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def slurm_run(cluster, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("slurm-workflow")
+    small_ledger(workdir / "ledger.csv")
+    config = ledger_config(workdir / "ledger.csv", classes=["4930", "4210", "4400", "1800", "0000"])
+    config["train"] = {
+        "model": str(build_tiny_bert(workdir / "tiny-bert", CORPUS)),
+        "max_length": 48,
+        "epochs": 1,
+        "per_device_batch_size": 8,
+        "learning_rate": 0.01,
+        "checkpoint_every_steps": 2,
+        "lora": {"r": 4, "alpha": 8},
+    }
+    config["train_resources"] = {"nodes": 2, "gpus": 1, "mem_mb": 3000, "runtime_minutes": 10}
+    targets = [*SERIALIZED, "results/train/metrics.json"]
+    started = time.monotonic()
+    result = run_snakemake(
+        workdir,
+        *targets,
+        "--profile",
+        str(PROFILE),
+        *CLUSTER_OVERRIDES,
+        config=config,
+        env=cluster.env,
+    )
+    elapsed = time.monotonic() - started
+    print(f"workflow on SLURM: {elapsed:.1f} s")
+    if result.returncode != 0:
+        logs = "\n".join(
+            f"--- {path.relative_to(workdir)}\n{path.read_text(errors='replace')[-2000:]}"
+            for path in sorted(workdir.glob(".snakemake/slurm_logs/**/*.log"))
+            + sorted(workdir.glob("logs/**/*.log"))
+        )
+        raise AssertionError(
+            f"snakemake failed ({result.returncode}):\n{result.stderr[-6000:]}\n{logs}\n"
+            f"{cluster.logs()}"
+        )
+    return workdir, result
+
+
+def slurm_job_ids(workdir) -> dict[str, list[str]]:
+    """Rule -> SLURM job ids, from the plugin's per-job logs (.snakemake/slurm_logs/rule_<rule>/
+    [<wildcards>/]<jobid>.log)."""
+    jobs: dict[str, list[str]] = {}
+    for log in (workdir / ".snakemake" / "slurm_logs").glob("rule_*/**/*.log"):
+        rule = log.relative_to(workdir / ".snakemake" / "slurm_logs").parts[0][len("rule_") :]
+        jobs.setdefault(rule, []).append(log.stem)
+    return jobs
+
+
+def scontrol_job(cluster, job_id: str) -> dict[str, str]:
+    result = subprocess.run(
+        ["scontrol", "show", "job", "-o", job_id],
+        env=os.environ | cluster.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return dict(re.findall(r"(\w+(?:/\w+)?)=(\S*)", result.stdout))
+
+
+def test_every_job_ran_as_a_slurm_job(slurm_run, cluster):
+    workdir, result = slurm_run
+    expected = {"ingest": 1, "clean": 1, "features": 1, "split": 1, "serialize": 3, "train": 1}
+    assert jobs_run(result) == expected
+    jobs = slurm_job_ids(workdir)
+    assert {rule: len(ids) for rule, ids in jobs.items()} == expected
+    submitted = re.findall(r"submitted with SLURM jobid (\d+) ", result.stderr + result.stdout)
+    assert sorted(submitted) == sorted(i for ids in jobs.values() for i in ids)
+    for rule, ids in jobs.items():
+        for job_id in ids:
+            record = scontrol_job(cluster, job_id)
+            assert record["JobState"] == "COMPLETED", (rule, record)
+            assert record["Partition"] == "debug"
+            assert record["Comment"].startswith(f"rule_{rule}")
+
+
+def test_data_stages_wrote_the_splits(slurm_run):
+    workdir, _ = slurm_run
+    frames = [pl.read_parquet(workdir / path) for path in SERIALIZED]
+    assert sum(frame.height for frame in frames) == 60
+    assert frames[0].columns == ["id", "text", "label_id"]
+    counts = json.loads((workdir / "results/clean/counts.json").read_text())
+    assert counts == {"rows_in": 65, "rows_out": 60, "rejected": 3, "duplicates": 2}
+
+
+def test_training_spanned_two_nodes_with_one_torchrun_each(slurm_run, cluster):
+    workdir, result = slurm_run
+    (job_id,) = slurm_job_ids(workdir)["train"]
+    record = scontrol_job(cluster, job_id)
+    assert (record["NumNodes"], record["NumTasks"], record["NodeList"]) == ("2", "2", "n[1-2]")
+    assert (record["TresPerNode"], record["BatchHost"]) == ("gres:gpu:1", "n1")
+    assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in result.stdout + result.stderr
+    assert "torchrun --nnodes 2 --nproc_per_node 1 --rdzv_backend c10d" in (
+        result.stdout + result.stderr
+    )
+    # The launcher's srun started step 0 of the job on both nodes.
+    for node in ("n1", "n2"):
+        slurmd_log = (cluster.root / "log" / f"slurmd-{node}.log").read_text()
+        assert f"launch task StepId={job_id}.0 " in slurmd_log, node
+    metrics = json.loads((workdir / "results/train/metrics.json").read_text())
+    assert metrics["world_size"] == 2
+    assert (workdir / "results/train/model/adapter_model.safetensors").is_file()
+    log = (workdir / "logs/train/train.log").read_text()
+    assert " rank 0 " in log and " rank 1 " in log
+
+
+def test_profiles_are_valid_and_default_to_sacct():
+    slurm = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
+    assert slurm["executor"] == "slurm"
+    assert slurm["slurm-status-command"] == "sacct"
+    for rule in ("train", "train_segment"):
+        assert set(slurm["set-resources"][rule]) >= {"gres", "cpus_per_gpu", "mem_mb", "runtime"}
+    squeue = "# slurm-status-command: squeue"
+    assert squeue in (REPO / "profiles/slurm/config.yaml").read_text()
+    # profiles/default is the workflow profile of every run, cluster runs too, and wins over
+    # --profile: no cores (a cap on every cluster job's threads), nothing the cluster profile
+    # sets differently.
+    default = yaml.safe_load((REPO / "profiles/default/config.yaml").read_text())
+    assert not set(default) & {"cores", "jobs", "executor", "latency-wait", "default-resources"}
+    assert {key: slurm[key] for key in set(default) & set(slurm)} == {
+        key: default[key] for key in set(default) & set(slurm)
+    }
+
+
+@pytest.mark.parametrize(
+    ("train_resources", "extra", "expected"),
+    [
+        ({"gpus": 2}, [], "OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node 2 "),
+        (
+            {"cpu_processes": 2, "threads_per_process": 2},
+            [],
+            "OMP_NUM_THREADS=2 torchrun --standalone --nproc_per_node 2 ",
+        ),
+        # A profile's set-resources decide the GPUs per node; the launcher follows them.
+        (
+            {"gpus": 1},
+            ["--set-resources", "train:gres=gpu:a100:4", "--set-threads", "train=16"],
+            "OMP_NUM_THREADS=4 torchrun --standalone --nproc_per_node 4 ",
+        ),
+        (
+            {"nodes": 4, "gpus": 8, "threads_per_process": 4},
+            [],
+            "OMP_NUM_THREADS=4 srun --nodes=4 --ntasks=4 --ntasks-per-node=1 --cpus-per-task=32"
+            " --mem=0 --kill-on-bad-exit=1 torchrun --nnodes 4 --nproc_per_node 8"
+            " --rdzv_backend c10d --rdzv_endpoint $(hostname):$((29500 + SLURM_JOB_ID % 1000))"
+            " --rdzv_id $SLURM_JOB_ID ",
+        ),
+    ],
+)
+def test_launcher_follows_the_job_resources(tmp_path, train_resources, extra, expected):
+    """Dry runs (no cluster needed): the train rule's command for one and several nodes."""
+    small_ledger(tmp_path / "ledger.csv")
+    config = ledger_config(tmp_path / "ledger.csv")
+    config["train_resources"] = train_resources
+    result = run_snakemake(
+        tmp_path,
+        "results/train/metrics.json",
+        "--dry-run",
+        "--printshellcmds",
+        "--cores",
+        "64",
+        *extra,
+        config=config,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert expected in result.stdout + result.stderr
