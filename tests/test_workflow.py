@@ -2,8 +2,12 @@
 
 import hashlib
 import json
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -108,7 +112,7 @@ def test_second_run_does_nothing(finished_run):
     workdir, _, config, _ = finished_run
     result = snakemake(workdir, *SERIALIZED, config=config)
     assert jobs_run(result) == {}
-    assert "Nothing to be done" in result.stderr
+    assert "Nothing to be done" in result.stdout + result.stderr
 
 
 def test_partial_rerun_by_target_file_runs_only_what_is_downstream(finished_run):
@@ -187,3 +191,93 @@ def test_each_script_runs_on_its_own(stage):
         check=True,
     )
     assert "--settings" in result.stdout
+
+
+def test_readme_forced_rerun_and_rerun_triggers(finished_run):
+    workdir, _, config, _ = finished_run
+    forced = snakemake(
+        workdir, "-n", "results/serialize/train.parquet", "-R", "clean", config=config
+    )
+    assert jobs_run(forced) == {"clean": 1, "features": 1, "split": 1, "serialize": 1}
+    # Without `code` among the triggers, an edited script would not re-run its rule; with all
+    # results in place nothing is to be done either way.
+    quiet = snakemake(
+        workdir,
+        "-n",
+        *SERIALIZED,
+        "--rerun-triggers",
+        "mtime",
+        "params",
+        "input",
+        "software-env",
+        config=config,
+    )
+    assert "Nothing to be done" in quiet.stdout + quiet.stderr
+
+
+def test_readme_standalone_stage_command(finished_run, tmp_path):
+    workdir, _, config, _ = finished_run
+    settings = tmp_path / "config.yaml"
+    settings.write_text(json.dumps(config))
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "clean.py"),
+            "--settings",
+            str(settings),
+            "--input",
+            str(workdir / "results/ingest/records.parquet"),
+            "--output",
+            str(tmp_path / "clean.parquet"),
+            "--rejects",
+            str(tmp_path / "rejects.parquet"),
+            "--counts",
+            str(tmp_path / "counts.json"),
+            "--summary",
+            str(tmp_path / "summary.tsv"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    assert json.loads((tmp_path / "counts.json").read_text()) == json.loads(
+        (workdir / "results/clean/counts.json").read_text()
+    )
+
+
+def test_readme_mlflow_ui_shows_the_run(finished_run):
+    workdir, *_ = finished_run
+    run = json.loads((workdir / "results/tracking/run.json").read_text())
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ui = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "mlflow"),
+            "ui",
+            "--backend-store-uri",
+            "sqlite:///results/tracking/mlflow.db",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/get?run_id={run['run_id']}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    found = json.load(response)
+                break
+            except OSError:
+                if time.monotonic() > deadline or ui.poll() is not None:
+                    raise
+                time.sleep(1)
+        assert found["run"]["info"]["run_id"] == run["run_id"]
+    finally:
+        ui.terminate()
+        ui.wait(timeout=30)
