@@ -7,7 +7,7 @@ import importlib.util
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,37 +58,48 @@ def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def _replace_atomically(path: Path, write) -> None:
-    """Write a temporary file in the same folder, then rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    os.chmod(tmp, 0o644)  # mkstemp's 0600 would make results readable by their owner only
+def _replace_atomically(paths: Sequence[Path], write: Callable[[list[Path]], None]) -> None:
+    """Write temporary files beside `paths`, then rename: readers never see half a file."""
+    tmps: list[Path] = []
     try:
-        write(Path(tmp))
-        os.replace(tmp, path)
+        for path in paths:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            os.close(fd)
+            os.chmod(tmp, 0o644)  # mkstemp's 0600 would make results readable by their owner only
+            tmps.append(Path(tmp))
+        write(tmps)
+        for tmp, path in zip(tmps, paths, strict=True):
+            os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
         raise
 
 
 def write_json(path: Path, data: Any) -> None:
-    def write(tmp: Path) -> None:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    def write(tmps: list[Path]) -> None:
+        tmps[0].write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
 
-    _replace_atomically(path, write)
+    _replace_atomically([path], write)
 
 
 def write_parquet(frame: pl.DataFrame | pl.LazyFrame, path: Path) -> None:
     """Write a frame, streaming a lazy one so large inputs need not fit in memory at once."""
+    if isinstance(frame, pl.LazyFrame):
+        write_parquets({path: frame})
+    else:
+        _replace_atomically([path], lambda tmps: frame.write_parquet(tmps[0]))
 
-    def write(tmp: Path) -> None:
-        if isinstance(frame, pl.LazyFrame):
-            frame.sink_parquet(tmp)
-        else:
-            frame.write_parquet(tmp)
 
-    _replace_atomically(path, write)
+def write_parquets(frames: Mapping[Path, pl.LazyFrame]) -> None:
+    """Stream lazy frames to their files in one query, so that a source they share is read once."""
+
+    def write(tmps: list[Path]) -> None:
+        sinks = zip(frames.values(), tmps, strict=True)
+        pl.collect_all([frame.sink_parquet(tmp, lazy=True) for frame, tmp in sinks])
+
+    _replace_atomically(list(frames), write)
 
 
 def parquet_rows(path: Path) -> int:

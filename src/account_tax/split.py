@@ -15,13 +15,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from account_tax.io import sha256_file, write_json, write_parquet
+from account_tax.io import sha256_file, write_json, write_parquets
 from account_tax.settings import DataSpec
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "validation", "test")
 SPLIT = "split"
+SPLIT_DTYPE = pl.Enum(SPLITS)
 
 
 def share(size: pl.Expr, fraction: float) -> pl.Expr:
@@ -32,7 +33,7 @@ def share(size: pl.Expr, fraction: float) -> pl.Expr:
 
 
 def assign_splits(labels: pl.Series, options: dict[str, Any]) -> pl.Series:
-    """The split of each row, in row order, from the labels alone (vectorised, no row loop)."""
+    """The split of each row (a `SPLIT_DTYPE`), in row order, from the labels alone."""
     seed = options.get("seed", 13)
     min_class_size = options.get("min_class_size", 3)
     validation_fraction = options.get("validation_fraction", 0.1)
@@ -44,19 +45,30 @@ def assign_splits(labels: pl.Series, options: dict[str, Any]) -> pl.Series:
             f"so that every stratified class keeps a training row"
         )
     key = np.random.default_rng(seed).random(len(labels))
-    size = pl.len().over("label")
+    # Each window and share is computed once, as a column, not once per use in the conditions.
+    frame = pl.DataFrame({"label": labels, "key": key}).select(
+        pl.len().over("label").alias("size"),
+        (pl.col("key").rank("ordinal").over("label") - 1).alias("rank"),
+    )
+    size = pl.col("size")
     # Held-out shares never take a stratified class's last training row.
-    n_test = pl.min_horizontal(share(size, test_fraction), size - 1)
-    n_validation = pl.min_horizontal(share(size, validation_fraction), size - 1 - n_test)
-    rank = pl.col("key").rank("ordinal").over("label") - 1
-    assignment = pl.DataFrame({"label": labels, "key": key}).select(
+    frame = frame.with_columns(
+        pl.min_horizontal(share(size, test_fraction), size - 1).alias("n_test")
+    )
+    frame = frame.with_columns(
+        pl.min_horizontal(share(size, validation_fraction), size - 1 - pl.col("n_test")).alias(
+            "n_validation"
+        )
+    )
+    rank, n_test, n_validation = pl.col("rank"), pl.col("n_test"), pl.col("n_validation")
+    assignment = frame.select(
         pl.when(size < min_class_size)
-        .then(pl.lit("train"))
+        .then(pl.lit("train", SPLIT_DTYPE))
         .when(rank < n_test)
-        .then(pl.lit("test"))
+        .then(pl.lit("test", SPLIT_DTYPE))
         .when(rank < n_test + n_validation)
-        .then(pl.lit("validation"))
-        .otherwise(pl.lit("train"))
+        .then(pl.lit("validation", SPLIT_DTYPE))
+        .otherwise(pl.lit("train", SPLIT_DTYPE))
         .alias(SPLIT)
     )
     return assignment.get_column(SPLIT)
@@ -64,17 +76,22 @@ def assign_splits(labels: pl.Series, options: dict[str, Any]) -> pl.Series:
 
 def split(source: Path, spec: DataSpec, options: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """Write `<split>.parquet` for each split and `split_report.json`; return the report."""
-    records = pl.read_parquet(source)
-    splits = assign_splits(records.get_column(spec.label), options)
-    records = records.with_columns(splits)
-    report: dict[str, Any] = {"seed": options.get("seed", 13), "rows": records.height, "splits": {}}
-    for name in SPLITS:
-        path = out_dir / f"{name}.parquet"
-        write_parquet(records.filter(pl.col(SPLIT) == name).drop(SPLIT), path)
+    records = pl.scan_parquet(source)
+    labels = records.select(spec.label).collect(engine="streaming").get_column(spec.label)
+    assignment = pl.DataFrame([labels, assign_splits(labels, options)])
+    # Only the labels and the assignment are held; every other column streams to its file.
+    records = pl.concat([records, assignment.select(SPLIT).lazy()], how="horizontal")
+    splits = assignment.get_column(SPLIT)
+    report: dict[str, Any] = {"seed": options.get("seed", 13), "rows": labels.len(), "splits": {}}
+    paths = {name: out_dir / f"{name}.parquet" for name in SPLITS}
+    write_parquets(
+        {paths[name]: records.filter(pl.col(SPLIT) == name).drop(SPLIT) for name in SPLITS}
+    )
+    for name, path in paths.items():
         report["splits"][name] = {"rows": int((splits == name).sum()), "sha256": sha256_file(path)}
 
     per_class = (
-        records.group_by(spec.label, SPLIT)
+        assignment.group_by(spec.label, SPLIT)
         .len()
         .pivot(on=SPLIT, index=spec.label, values="len")
         .fill_null(0)
@@ -89,11 +106,9 @@ def split(source: Path, spec: DataSpec, options: dict[str, Any], out_dir: Path) 
     }
     min_class_size = options.get("min_class_size", 3)
     report["train_only_classes"] = sorted(
-        label
-        for label, n in records.get_column(spec.label).value_counts().iter_rows()
-        if n < min_class_size
+        label for label, n in labels.value_counts().iter_rows() if n < min_class_size
     )
-    assert sum(s["rows"] for s in report["splits"].values()) == records.height
+    assert sum(s["rows"] for s in report["splits"].values()) == labels.len()
     write_json(out_dir / "split_report.json", report)
     log.info(
         "split: %s; %d classes too small to stratify went to train",
