@@ -2,7 +2,8 @@ import polars as pl
 import pytest
 from sample_ledger import ledger_row, ledger_spec
 
-from account_tax.clean import REASON, clean, normalise_text
+import account_tax.clean
+from account_tax.clean import REASON, ROW_HASH, clean, later_duplicates, normalise_text
 from account_tax.errors import DataError
 from account_tax.ingest import ingest
 
@@ -18,12 +19,20 @@ def run_clean(tmp_path, csv_path, **kwargs):
 
 
 def test_text_is_nfkc_normalised_whitespace_collapsed_and_cased():
-    # Fullwidth letters and the "fi" ligature: NFKC turns both into plain ASCII.
+    # Fullwidth letters and the "fi" ligature: NFKC turns both into plain ASCII. A no-break
+    # space becomes a space under NFKC, then joins the space beside it; a lone tab becomes one.
     values = pl.Series(
-        ["  \uff2f\uff46\uff46\uff49\uff43\uff45\t chairs\n", "\ufb01le", "   ", None]
+        [
+            "  \uff2f\uff46\uff46\uff49\uff43\uff45\t chairs\n",
+            "\ufb01le",
+            "   ",
+            None,
+            "M\u00fcller\u00a0 GmbH",
+            "a\tb c",
+        ]
     )
     lowered = pl.select(normalise_text(pl.lit(values), "lower")).to_series().to_list()
-    assert lowered == ["office chairs", "file", None, None]
+    assert lowered == ["office chairs", "file", None, None, "m\u00fcller gmbh", "a b c"]
     kept = pl.select(normalise_text(pl.lit(values), "preserve")).to_series().to_list()
     assert kept[0] == "Office chairs"
 
@@ -56,6 +65,43 @@ def test_exact_duplicates_are_dropped_and_counted(tmp_path, write_csv):
     assert (counts.rows_in, counts.rows_out, counts.rejected, counts.duplicates) == (4, 2, 0, 2)
     assert frame.get_column("source_row").to_list() == [1, 2]
     assert rejects.height == 0
+
+
+def test_columns_with_few_values_are_normalised_as_row_by_row(tmp_path, write_csv, monkeypatch):
+    rows = [
+        ledger_row(1, vendor="  \uff21cme  GmbH", memo="Office\u00a0 chairs"),
+        ledger_row(2, vendor="acme gmbh", account=" 4930"),
+        ledger_row(3, vendor="", memo="\ufb01le"),
+    ]
+    path = write_csv(rows)
+    _, by_value, _ = run_clean(tmp_path / "by_value", path)
+    # No column has few enough distinct values: every one is normalised row by row.
+    monkeypatch.setattr(account_tax.clean, "FEW_DISTINCT", 0)
+    _, by_row, _ = run_clean(tmp_path / "by_row", path)
+    assert by_value.equals(by_row)
+    assert by_value.get_column("vendor").to_list() == ["acme gmbh", "acme gmbh", None]
+
+
+def test_hash_collisions_are_resolved_by_comparing_values():
+    records = pl.LazyFrame(
+        {
+            "memo": ["rent", "fuel", "rent", "rent", "fuel", None, None],
+            "amount": [1.0, 1.0, 1.0, 2.0, 1.0, None, None],
+            # Every row has the same hash, as if all of them collided.
+            ROW_HASH: pl.Series([7] * 7, dtype=pl.UInt64),
+        }
+    )
+    # Rows 2, 4 and 6 repeat rows 0, 1 and 5; row 3 shares only its hash and memo with row 0.
+    assert later_duplicates(records, ["memo", "amount"]).to_list() == [2, 4, 6]
+
+
+def test_distinct_rows_with_colliding_hashes_are_kept(tmp_path, write_csv, monkeypatch):
+    monkeypatch.setattr(account_tax.clean, "row_hash", lambda columns: pl.lit(0, dtype=pl.UInt64))
+    rows = [ledger_row(1), ledger_row(2), ledger_row(1), ledger_row(3), ledger_row(2)]
+    counts, frame, _ = run_clean(tmp_path, write_csv(rows))
+    assert (counts.rows_out, counts.duplicates) == (3, 2)
+    assert frame.get_column("source_row").to_list() == [1, 2, 4]
+    assert ROW_HASH not in frame.columns
 
 
 def test_duplicates_kept_when_configured(tmp_path, write_csv):

@@ -7,14 +7,15 @@ names the column and the value), or the duplicate count. The three are checked t
 from __future__ import annotations
 
 import logging
-import os
+import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import polars as pl
 
 from account_tax.errors import DataError
-from account_tax.io import parquet_rows, require_columns
+from account_tax.io import parquet_rows, require_columns, write_parquet, write_parquets
 from account_tax.settings import SOURCE_ROW, DataSpec
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,12 @@ log = logging.getLogger(__name__)
 REASON = "reason"
 SOURCE_FILE = "source_file"
 REPLACEMENT_CHARACTER = "\ufffd"
+ROW_HASH = "__row_hash"
+POSITION = "__position"
+UNUSABLE = "__unusable"
+# A text column with at most this many distinct values (estimated) is normalised once per value
+# and mapped, instead of once per row.
+FEW_DISTINCT = 100_000
 
 
 @dataclass(frozen=True)
@@ -38,37 +45,104 @@ class CleanCounts:
 
 def normalise_text(value: pl.Expr, case: str) -> pl.Expr:
     """NFKC, whitespace runs to one space, trimmed, case policy; empty becomes missing."""
-    value = value.str.normalize("NFKC").str.replace_all(r"\s+", " ").str.strip_chars()
+    # NFKC leaves ASCII as it is, so only values with other characters pay for it.
+    ascii_only = value.str.len_bytes() == value.str.len_chars()
+    value = pl.when(ascii_only).then(value).otherwise(value.str.normalize("NFKC"))
+    # Same result as replacing every `\s+`, but skips the single spaces, most of the matches.
+    value = value.str.replace_all(r"\s{2,}|[^\S ]", " ").str.strip_chars()
     if case == "lower":
         value = value.str.to_lowercase()
     elif case == "upper":
         value = value.str.to_uppercase()
-    return pl.when(value.str.len_chars() > 0).then(value)
+    return value.replace("", None)
 
 
-def _problem(condition: pl.Expr, message: pl.Expr | str) -> pl.Expr:
-    """A reason text where `condition` holds, else null."""
-    return pl.when(condition).then(message if isinstance(message, pl.Expr) else pl.lit(message))
+def few_distinct_values(frame: pl.LazyFrame, columns: Sequence[str]) -> dict[str, pl.Series]:
+    """The distinct values of each of `columns` that has few of them (categories, labels).
+
+    An estimate comes first, so a column of mostly unique values is never collected.
+    """
+    if not columns:
+        return {}
+    estimates = frame.select(pl.col(columns).cast(pl.String).approx_n_unique())
+    counts = estimates.collect(engine="streaming").row(0, named=True)
+    few = [column for column, n in counts.items() if n <= FEW_DISTINCT]
+    if not few:
+        return {}
+    distinct = frame.select(pl.col(c).cast(pl.String).unique().drop_nulls().implode() for c in few)
+    # One row of lists: each column's first (only) value is its Series of distinct values.
+    return {c: values[0] for c, values in distinct.collect(engine="streaming").to_dict().items()}
+
+
+def normalised_column(column: str, case: str, distinct: Mapping[str, pl.Series]) -> pl.Expr:
+    """`normalise_text` of a column; one with few distinct values is normalised once per value."""
+    raw = pl.col(column).cast(pl.String)
+    if column not in distinct:
+        return normalise_text(raw, case)
+    values = distinct[column]
+    normalised = pl.select(normalise_text(pl.lit(values, dtype=pl.String), case)).to_series()
+    return raw.replace_strict(values, normalised, return_dtype=pl.String)
+
+
+Problem = tuple[pl.Expr, pl.Expr]
+"""When a row cannot be used (never null), and the reason text to give."""
+
+
+def _problem(condition: pl.Expr, message: pl.Expr | str) -> Problem:
+    return condition.fill_null(False), message if isinstance(message, pl.Expr) else pl.lit(message)
 
 
 def _quoted(raw: pl.Expr) -> pl.Expr:
     return pl.concat_str(pl.lit("'"), raw.str.slice(0, 60), pl.lit("'"))
 
 
+def text_columns(schema: pl.Schema, spec: DataSpec) -> list[str]:
+    """The id, text, categorical and label columns present in `schema`."""
+    columns = ([spec.id] if spec.id else []) + list(spec.string_columns) + [spec.label]
+    return [column for column in columns if column in schema]
+
+
+def row_hash(columns: Sequence[str]) -> pl.Expr:
+    """A 64-bit hash of a row's values: equal rows get equal hashes, distinct ones rarely do."""
+    return pl.struct(columns).hash()
+
+
+def later_duplicates(records: pl.LazyFrame, columns: Sequence[str]) -> pl.Series:
+    """Positions of the rows of `records` equal in all `columns` to an earlier row.
+
+    `records` carries each row's `row_hash` in ROW_HASH. Only the hashes are held for every row;
+    the rows whose hash is shared are then compared value by value, so two distinct rows whose
+    hashes collide are both kept.
+    """
+    hashes = records.select(ROW_HASH).with_row_index(POSITION).collect(engine="streaming")
+    shared = hashes.filter(pl.col(ROW_HASH).is_duplicated()).get_column(POSITION)
+    candidates = (
+        records.with_row_index(POSITION)
+        .filter(pl.col(POSITION).is_in(shared.implode()))
+        .collect(engine="streaming")
+    )
+    repeated = candidates.filter(~pl.struct(columns).is_first_distinct())
+    return repeated.get_column(POSITION)
+
+
 def typed_columns(
-    schema: pl.Schema, spec: DataSpec, case: str, require_label: bool
-) -> tuple[list[pl.Expr], list[pl.Expr]]:
-    """For each column: the typed, normalised value, and the reason it cannot be used (or null)."""
+    schema: pl.Schema,
+    spec: DataSpec,
+    case: str,
+    require_label: bool,
+    distinct: Mapping[str, pl.Series],
+) -> tuple[list[pl.Expr], list[Problem]]:
+    """The typed, normalised value of each column, and the problems that make a row unusable.
+
+    `distinct` holds the distinct values of the text columns that have few (`few_distinct_values`).
+    """
     values: list[pl.Expr] = []
-    problems: list[pl.Expr] = []
+    problems: list[Problem] = []
 
     def raw(column: str) -> pl.Expr:
         return pl.col(column).cast(pl.String)
 
-    string_columns = ([spec.id] if spec.id else []) + list(spec.string_columns) + [spec.label]
-    for column in string_columns:
-        if column not in schema:
-            continue
+    for column in text_columns(schema, spec):
         problems.append(
             _problem(
                 raw(column).str.contains(REPLACEMENT_CHARACTER, literal=True),
@@ -76,10 +150,10 @@ def typed_columns(
             )
         )
     if spec.id:
-        values.append(normalise_text(raw(spec.id), "preserve").alias(spec.id))
+        values.append(normalised_column(spec.id, "preserve", distinct).alias(spec.id))
         problems.append(_problem(pl.col(spec.id).is_null(), f"missing id in column '{spec.id}'"))
     for column in spec.string_columns:
-        values.append(normalise_text(raw(column), case).alias(column))
+        values.append(normalised_column(column, case, distinct).alias(column))
 
     for column in spec.numeric:
         dtype = schema[column]
@@ -122,7 +196,7 @@ def typed_columns(
         )
 
     if spec.label in schema:
-        label = normalise_text(raw(spec.label), "preserve")
+        label = normalised_column(spec.label, "preserve", distinct)
         values.append(label.alias(spec.label))
         if require_label:
             problems.append(_problem(label.is_null(), f"missing label in column '{spec.label}'"))
@@ -161,45 +235,49 @@ def clean(
     if rows_in == 0:
         raise DataError(f"{source}: no rows to clean")
 
-    values, problems = typed_columns(schema, spec, case, require_label)
-    reason = pl.concat_str(problems, separator="; ", ignore_nulls=True) if problems else None
-    present = [c for c in spec.columns if c in schema]
-    parsed = frame.with_columns(
-        (pl.when(reason.str.len_chars() > 0).then(reason) if reason is not None else pl.lit(None))
-        .cast(pl.String)
-        .alias(REASON)
+    distinct = few_distinct_values(frame, text_columns(schema, spec))
+    values, problems = typed_columns(schema, spec, case, require_label, distinct)
+    unusable = pl.any_horizontal(c for c, _ in problems) if problems else pl.lit(False)
+    # The reason texts are built for the rejected rows only: most rows need just the flags.
+    reason = pl.concat_str(
+        [pl.when(c).then(message) for c, message in problems] or [pl.lit(None)],
+        separator="; ",
+        ignore_nulls=True,
     )
-    good = parsed.filter(pl.col(REASON).is_null()).select(SOURCE_ROW, *values)
-    bad = parsed.filter(pl.col(REASON).is_not_null()).select(
+    present = [c for c in spec.columns if c in schema]
+    flagged = frame.with_columns(unusable.alias(UNUSABLE))
+    good = flagged.filter(~pl.col(UNUSABLE)).select(SOURCE_ROW, *values)
+    bad = flagged.filter(pl.col(UNUSABLE)).select(
         SOURCE_ROW,
         pl.lit(str(source)).alias(SOURCE_FILE),
         *(pl.col(c).cast(pl.String) for c in present),
-        REASON,
+        reason.cast(pl.String).alias(REASON),
     )
-    kept = good.unique(subset=list(spec.columns), keep="first", maintain_order=True)
-    if not drop_duplicates:
-        kept = good
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    rejects.parent.mkdir(parents=True, exist_ok=True)
-    tmp_output = output.with_name(f".{output.name}.tmp")
-    tmp_rejects = rejects.with_name(f".{rejects.name}.tmp")
-    counted_good, *_ = pl.collect_all(
-        [
-            good.select(pl.len()),
-            kept.sink_parquet(tmp_output, lazy=True),
-            bad.sink_parquet(tmp_rejects, lazy=True),
-        ]
-    )
-    os.replace(tmp_output, output)
-    os.replace(tmp_rejects, rejects)
+    duplicates = 0
+    if not drop_duplicates:
+        write_parquets({output: good, rejects: bad})
+    else:
+        # The clean rows are written with their hashes first and the duplicates found from
+        # those, so that the distinct rows are never all held in memory.
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as work:
+            hashed = Path(work) / "hashed.parquet"
+            write_parquets(
+                {hashed: good.with_columns(row_hash(spec.columns).alias(ROW_HASH)), rejects: bad}
+            )
+            repeated = later_duplicates(pl.scan_parquet(hashed), spec.columns)
+            kept = pl.scan_parquet(hashed).with_row_index(POSITION)
+            kept = kept.filter(~pl.col(POSITION).is_in(repeated.implode()))
+            write_parquet(kept.drop(POSITION, ROW_HASH), output)
+        duplicates = repeated.len()
 
     rows_out = parquet_rows(output)
     counts = CleanCounts(
         rows_in=rows_in,
         rows_out=rows_out,
         rejected=parquet_rows(rejects),
-        duplicates=counted_good.item() - rows_out,
+        duplicates=duplicates,
     )
     counts.check()
     log.info("clean: %s", asdict(counts))
