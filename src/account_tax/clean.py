@@ -54,7 +54,8 @@ def normalise_text(value: pl.Expr, case: str) -> pl.Expr:
         value = value.str.to_lowercase()
     elif case == "upper":
         value = value.str.to_uppercase()
-    return value.replace("", None)
+    # Not `replace("", None)`: that holds the whole column instead of streaming it.
+    return pl.when(value.str.len_bytes() > 0).then(value)
 
 
 def few_distinct_values(frame: pl.LazyFrame, columns: Sequence[str]) -> dict[str, pl.Series]:
@@ -81,7 +82,9 @@ def normalised_column(column: str, case: str, distinct: Mapping[str, pl.Series])
         return normalise_text(raw, case)
     values = distinct[column]
     normalised = pl.select(normalise_text(pl.lit(values, dtype=pl.String), case)).to_series()
-    return raw.replace_strict(values, normalised, return_dtype=pl.String)
+    # A value's code as an Enum of `values` is its position there, which picks its normalised
+    # form. Unlike `replace_strict`, this streams; a value not in `values` is an error.
+    return pl.lit(normalised).gather(raw.cast(pl.Enum(values)).to_physical())
 
 
 Problem = tuple[pl.Expr, pl.Expr]
@@ -263,9 +266,8 @@ def clean(
         output.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as work:
             hashed = Path(work) / "hashed.parquet"
-            write_parquets(
-                {hashed: good.with_columns(row_hash(spec.columns).alias(ROW_HASH)), rejects: bad}
-            )
+            hashed_rows = good.with_columns(row_hash(spec.columns).alias(ROW_HASH))
+            write_parquets({hashed: hashed_rows, rejects: bad}, scratch={hashed})
             repeated = later_duplicates(pl.scan_parquet(hashed), spec.columns)
             kept = pl.scan_parquet(hashed).with_row_index(POSITION)
             kept = kept.filter(~pl.col(POSITION).is_in(repeated.implode()))

@@ -7,7 +7,7 @@ import importlib.util
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,12 +92,19 @@ def write_parquet(frame: pl.DataFrame | pl.LazyFrame, path: Path) -> None:
         _replace_atomically([path], lambda tmps: frame.write_parquet(tmps[0]))
 
 
-def write_parquets(frames: Mapping[Path, pl.LazyFrame]) -> None:
-    """Stream lazy frames to their files in one query, so that a source they share is read once."""
+def write_parquets(frames: Mapping[Path, pl.LazyFrame], *, scratch: Collection[Path] = ()) -> None:
+    """Stream lazy frames to their files in one query, so that a source they share is read once.
+
+    Files in `scratch` are read back once and deleted: they get a fast codec (lz4) instead of the
+    default zstd, which compresses better but costs more to write and read.
+    """
 
     def write(tmps: list[Path]) -> None:
-        sinks = zip(frames.values(), tmps, strict=True)
-        pl.collect_all([frame.sink_parquet(tmp, lazy=True) for frame, tmp in sinks])
+        sinks = [
+            frame.sink_parquet(tmp, compression="lz4" if path in scratch else "zstd", lazy=True)
+            for (path, frame), tmp in zip(frames.items(), tmps, strict=True)
+        ]
+        pl.collect_all(sinks)
 
     _replace_atomically(list(frames), write)
 
