@@ -30,9 +30,10 @@ def assert_png(path) -> None:
 
 
 HISTORY = [
-    {"step": 1, "epoch": 0.5, "loss": 2.0, "lr": 1e-4},
-    {"step": 2, "epoch": 1.0, "loss": 1.5, "lr": 2e-4, "validation_loss": 1.6},
-    {"step": 3, "epoch": 1.5, "loss": 1.2, "lr": 1e-4},
+    {"step": 1, "epoch": 0.5, "loss": 2.0, "lr": 1e-4, "head_lr": 1e-3},
+    {"step": 2, "epoch": 1.0, "loss": 1.5, "lr": 2e-4, "head_lr": 2e-3, "validation_loss": 1.6},
+    {"step": 3, "epoch": 1.5, "loss": 1.2, "lr": 1e-4, "head_lr": 1e-3},
+    # A history from before the head had its own rate.
     {"step": 4, "epoch": 2.0, "loss": 1.0, "lr": 0.0, "val_loss": 1.1},
 ]
 
@@ -57,6 +58,7 @@ def test_training_curves_plot_each_series_where_it_was_recorded(tmp_path):
     # Validation entries only at epoch ends, under either name.
     assert series["validation_loss"] == ([2, 4], [1.6, 1.1])
     assert series["lr"] == ([1, 2, 3, 4], [1e-4, 2e-4, 1e-4, 0.0])
+    assert series["head_lr"] == ([1, 2, 3], [1e-3, 2e-3, 1e-3])
     assert_png(path)
 
 

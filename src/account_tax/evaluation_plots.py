@@ -83,13 +83,14 @@ def history_series(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[list
         "loss": series(("loss",)),
         "validation_loss": series(VALIDATION_LOSS_KEYS),
         "lr": series(("lr",)),
+        "head_lr": series(("head_lr",)),
     }
 
 
 def plot_training_curves(
     history: Sequence[Mapping[str, Any]], path: Path
 ) -> dict[str, tuple[list, list]]:
-    """Train loss per step with validation loss on top, and the learning-rate schedule below."""
+    """Train loss per step with validation loss on top, and the learning-rate schedules below."""
     series = history_series(history)
     fig, (loss_ax, lr_ax) = plt.subplots(2, 1, sharex=True, figsize=(9, 6), dpi=100)
     loss_ax.plot(*series["loss"], color="#4C72B0", linewidth=1, label="train loss (per step)")
@@ -100,7 +101,9 @@ def plot_training_curves(
     loss_ax.set_title("Training curves")
     loss_ax.legend()
     loss_ax.grid(alpha=0.3)
-    lr_ax.plot(*series["lr"], color="#55A868")
+    lr_ax.plot(*series["lr"], color="#55A868", label="adapters (or all weights)")
+    lr_ax.plot(*series["head_lr"], color="#8172B3", label="head, modules trained in full")
+    lr_ax.legend()
     lr_ax.set_xlabel("optimizer step")
     lr_ax.set_ylabel("learning rate")
     lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))

@@ -69,8 +69,29 @@ def load_sequence_classifier(
     )
 
 
+HEAD_MODULES = ("classifier", "score")
+"""The classification head of BERT-like encoders and of decoders; peft always trains it in full."""
+
+
+def modules_to_save(model: torch.nn.Module, lora: LoraSettings) -> tuple[str, ...]:
+    """The modules trained in full besides the head: the settings', or else the pooler if any.
+
+    BERT-like classifiers read the pooler's output, which sentence-embedding models such as
+    all-MiniLM leave unused (they mean-pool): frozen, it hides most of what the adapters learn.
+    """
+    if lora.modules_to_save is not None:
+        return lora.modules_to_save
+    has_pooler = any(name.rsplit(".", 1)[-1] == "pooler" for name, _ in model.named_modules())
+    return ("pooler",) * has_pooler
+
+
+def is_head_parameter(name: str, fully_trained: tuple[str, ...]) -> bool:
+    """Whether a parameter belongs to the head or another module trained in full."""
+    return any(part in HEAD_MODULES or part in fully_trained for part in name.split("."))
+
+
 def add_lora(model: PreTrainedModel, lora: LoraSettings) -> PreTrainedModel:
-    """Freeze the model and train low-rank adapters plus the whole classification head.
+    """Freeze the model and train low-rank adapters plus the head and `modules_to_save` in full.
 
     The sequence-classification task type makes peft train and save the head (`classifier` in
     BERT-like models, `score` in decoders) in full, and without `target_modules` it picks the
@@ -82,6 +103,7 @@ def add_lora(model: PreTrainedModel, lora: LoraSettings) -> PreTrainedModel:
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=list(lora.target_modules) if lora.target_modules else None,
+        modules_to_save=list(modules_to_save(model, lora)) or None,
     )
     return get_peft_model(model, config)
 

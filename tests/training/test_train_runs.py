@@ -125,6 +125,7 @@ def test_one_process_without_launcher_decoder_zero3_and_inference(
         deepspeed_config="config/deepspeed/zero3.json",
         gradient_checkpointing=True,
         merge_adapter=True,
+        head_learning_rate=0.03,
         dataloader={"num_workers": 1, "timeout_s": 60, "first_batch_timeout_s": 120},
     )
     metrics = run_training(ledger, tmp_path, settings)
@@ -134,7 +135,10 @@ def test_one_process_without_launcher_decoder_zero3_and_inference(
     assert metrics["train_samples_per_s"] > 0 and metrics["train_tokens_per_s"] > 0
     history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert [r["step"] for r in history] == list(range(1, 21))
-    assert {"step", "epoch", "loss", "lr", "samples_per_s"} <= history[0].keys()
+    assert {"step", "epoch", "loss", "lr", "head_lr", "samples_per_s"} <= history[0].keys()
+    # DeepSpeed's optimizer keeps the head's own rate through warm-up and decay.
+    assert all(r["head_lr"] == pytest.approx(3 * r["lr"]) for r in history)
+    assert max(r["head_lr"] for r in history) > 0.02
     model_dir = tmp_path / "model"
     info = json.loads((model_dir / "training_info.json").read_text())
     assert info["base_model"] == str(tiny_llama) and info["settings"]["lora"]["r"] == 4
