@@ -1,4 +1,5 @@
 import json
+import math
 from datetime import date
 
 import polars as pl
@@ -55,6 +56,18 @@ def test_amount_log_and_magnitude():
     assert logs[5] is None
     magnitudes = pl.select(signed_magnitude(pl.lit(amounts))).to_series().to_list()
     assert magnitudes == ["+1e3", "-1e0", "0", "+1e0", "+1e1", None]
+
+
+def test_magnitude_is_exact_at_every_power_of_ten():
+    powers = [10.0**k for k in range(16)]
+    just_below = [math.nextafter(power, 0) for power in powers[1:]]
+    amounts = pl.Series([*powers, *just_below, *(-power for power in powers)])
+    magnitudes = pl.select(signed_magnitude(pl.lit(amounts))).to_series().to_list()
+    assert magnitudes == [
+        *(f"+1e{k}" for k in range(16)),
+        *(f"+1e{k}" for k in range(15)),
+        *(f"-1e{k}" for k in range(16)),
+    ]
 
 
 def test_digits_masked_in_configured_text_columns(built):

@@ -34,7 +34,18 @@ def signed_log10(column: pl.Expr) -> pl.Expr:
 
 def signed_magnitude(column: pl.Expr) -> pl.Expr:
     """The signed order of magnitude as a token (`+1e3`, `-1e0`, `0`), a coarse amount bin."""
-    exponent = column.abs().log10().floor().clip(lower_bound=0).cast(pl.Int64).cast(pl.String)
+    size = column.abs()
+    estimate = size.log10().floor()
+    # log10 is off by one ulp at some powers of ten (log10(1000) = 2.9999999999999996 in
+    # polars): the exact powers 10**k and 10**(k+1) around the estimate decide.
+    exponent = (
+        pl.when(pl.lit(10.0).pow(estimate + 1) <= size)
+        .then(estimate + 1)
+        .when(pl.lit(10.0).pow(estimate) > size)
+        .then(estimate - 1)
+        .otherwise(estimate)
+    )
+    exponent = exponent.clip(lower_bound=0).cast(pl.Int64).cast(pl.String)
     sign = pl.when(column < 0).then(pl.lit("-")).otherwise(pl.lit("+"))
     return (
         pl.when(column.is_null())
