@@ -20,7 +20,7 @@ from apptainer_image import Apptainer, Unavailable, env_image, runtime_binds
 from mlflow import MlflowClient
 from polars.testing import assert_frame_equal
 from sample_ledger import ledger_config, small_ledger
-from workflow_runner import VENV_BIN, jobs_run, snakemake
+from workflow_runner import jobs_run, snakemake, snakemake_command
 
 pytestmark = pytest.mark.workflow
 
@@ -67,11 +67,7 @@ def container_run(apptainer, workdir, image, config_file, host_python_guard):
     (workdir / "containers" / "data.sif").symlink_to(image)
     apptainer_args = " ".join([*apptainer.capability_args(), *runtime_binds()])
     command = [
-        str(VENV_BIN / "snakemake"),
-        "--snakefile",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
+        *snakemake_command(workdir),
         "--cores",
         "2",
         TARGET,

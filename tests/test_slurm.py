@@ -23,7 +23,7 @@ import yaml
 from sample_ledger import ledger_config, small_ledger
 from slurm_cluster import SlurmCluster, install_slurm
 from tiny_models import build_tiny_bert
-from workflow_runner import REPO, SECRETS, VENV_BIN, jobs_run
+from workflow_runner import REPO, jobs_run, snakemake_command, snakemake_env
 
 pytestmark = pytest.mark.workflow
 
@@ -66,26 +66,8 @@ def run_snakemake(workdir, *args, config, env=None, timeout=900):
     """snakemake with the repository's Snakefile in `workdir`; killed (its whole process group)
     if it outlives `timeout`: the executor plugin has been seen to wait forever."""
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    command = [
-        str(VENV_BIN / "snakemake"),
-        "--snakefile",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        *args,
-        "--configfile",
-        str(workdir / "config.yaml"),
-    ]
-    env = (
-        os.environ
-        | SECRETS
-        | (env or {})
-        | {
-            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
-            "XDG_CACHE_HOME": str(workdir / ".cache"),
-            "TORCH_EXTENSIONS_DIR": str(REPO / ".cache" / "torch_extensions"),
-        }
-    )
+    command = [*snakemake_command(workdir), *args, "--configfile", str(workdir / "config.yaml")]
+    env = snakemake_env(workdir, env)
     process = subprocess.Popen(
         command,
         cwd=workdir,

@@ -18,32 +18,21 @@ SECRETS = {
 }
 
 
-def snakemake(
-    workdir: Path,
-    *args: str,
-    config: dict | None = None,
-    check: bool = True,
-    env: dict[str, str] | None = None,
-):
-    """`snakemake` on the repo's Snakefile in `workdir`, with `env` added to the environment;
-    returns the CompletedProcess."""
-    command = [
+def snakemake_command(workdir: Path) -> list[str]:
+    """This environment's `snakemake` on the repository's Snakefile, working in `workdir`."""
+    return [
         str(VENV_BIN / "snakemake"),
         "--snakefile",
         str(REPO / "Snakefile"),
         "--directory",
         str(workdir),
-        "--cores",
-        "2",
     ]
-    # Targets first: --configfile takes several values and would swallow them.
-    command += list(args)
-    if config is not None:
-        config_path = workdir / "config.yaml"
-        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        command += ["--configfile", str(config_path)]
-    env = (
-        os.environ
+
+
+def snakemake_env(workdir: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a workflow run: the sentinel secrets, `env`, and this venv first."""
+    return (
+        dict(os.environ)
         | SECRETS
         | (env or {})
         | {
@@ -54,7 +43,27 @@ def snakemake(
             "TORCH_EXTENSIONS_DIR": str(REPO / ".cache" / "torch_extensions"),
         }
     )
-    result = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True)
+
+
+def snakemake(
+    workdir: Path,
+    *args: str,
+    config: dict | None = None,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+):
+    """`snakemake` on the repo's Snakefile in `workdir`, with `env` added to the environment;
+    returns the CompletedProcess."""
+    command = [*snakemake_command(workdir), "--cores", "2"]
+    # Targets first: --configfile takes several values and would swallow them.
+    command += list(args)
+    if config is not None:
+        config_path = workdir / "config.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        command += ["--configfile", str(config_path)]
+    result = subprocess.run(
+        command, cwd=workdir, env=snakemake_env(workdir, env), capture_output=True, text=True
+    )
     if check and result.returncode != 0:
         raise AssertionError(
             f"snakemake failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
