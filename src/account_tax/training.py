@@ -111,12 +111,11 @@ def deepspeed_config(settings: TrainSettings, precision: str, world_size: int) -
     return config
 
 
-def parameter_groups(
-    model: torch.nn.Module, settings: TrainSettings, fully_trained: tuple[str, ...]
-) -> list[dict[str, Any]]:
+def parameter_groups(model: torch.nn.Module, settings: TrainSettings) -> list[dict[str, Any]]:
     """The adapters (or pretrained weights) at learning_rate first, then the head and the other
     modules trained in full at head_learning_rate; weight decay on matrices only, not on biases
     and normalisation weights (1-d)."""
+    fully_trained = modules_to_save(model, settings.lora)
     head_lr = settings.head_learning_rate or settings.learning_rate
     groups = {
         (head, decayed): {
@@ -294,7 +293,7 @@ def train(
     weights = class_weights(counts, settings.class_weight_alpha)
     engine, *_ = deepspeed.initialize(
         model=model,
-        model_parameters=parameter_groups(model, settings, modules_to_save(model, settings.lora)),
+        model_parameters=parameter_groups(model, settings),
         config=ds_config,
         lr_scheduler=partial(
             get_linear_schedule_with_warmup,

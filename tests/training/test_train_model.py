@@ -108,8 +108,10 @@ def test_the_default_model_package_resolves():
 @pytest.mark.parametrize("lora", [LoraSettings(r=4), LoraSettings(enabled=False)])
 def test_the_head_and_pooler_learn_at_the_head_rate_and_vectors_are_not_decayed(tiny_bert, lora):
     model = build_model(tiny_bert, load_tokenizer(tiny_bert), LABELS, lora, False)
-    settings = TrainSettings(learning_rate=1e-3, head_learning_rate=2e-2, weight_decay=0.1)
-    groups = parameter_groups(model, settings, modules_to_save(model, lora))
+    settings = TrainSettings(
+        learning_rate=1e-3, head_learning_rate=2e-2, weight_decay=0.1, lora=lora
+    )
+    groups = parameter_groups(model, settings)
 
     group_of = {id(p): group for group in groups for p in group["params"]}
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -121,5 +123,5 @@ def test_the_head_and_pooler_learn_at_the_head_rate_and_vectors_are_not_decayed(
     # The training loop logs the first group's rate as the adapters' and the last as the head's.
     assert groups[0]["lr"] == 1e-3 and groups[-1]["lr"] == 2e-2
 
-    same = parameter_groups(model, TrainSettings(head_learning_rate=None), ("pooler",))
+    same = parameter_groups(model, TrainSettings(head_learning_rate=None, lora=lora))
     assert {group["lr"] for group in same} == {TrainSettings().learning_rate}
