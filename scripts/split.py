@@ -1,5 +1,5 @@
 """Split: stratified train/validation/test by seed; classes too small to stratify go to train
-and are listed in split_report.json with the per-class counts and each split's sha256."""
+and are listed in split_report.json with the per-class counts and a sha256 of each split's rows."""
 
 from pathlib import Path
 

@@ -1,11 +1,15 @@
 import json
+import os
+import subprocess
+import sys
 
 import polars as pl
 import pytest
 from sample_ledger import ledger_config
 
+from account_tax.io import sha256_file
 from account_tax.settings import DataSpec
-from account_tax.split import SPLITS, assign_splits, split
+from account_tax.split import SPLITS, assign_splits, rows_sha256, split
 
 
 def labels(sizes: dict[str, int]) -> pl.Series:
@@ -85,3 +89,51 @@ def test_split_files_report_and_hashes(tmp_path):
 
     again = split(source, spec, {"seed": 3}, tmp_path / "again")
     assert again["splits"] == report["splits"]
+
+
+SPLIT_IN_SUBPROCESS = """
+import json, sys
+from pathlib import Path
+from account_tax.settings import DataSpec
+from account_tax.split import split
+config = json.loads(sys.argv[1])
+report = split(Path(sys.argv[2]), DataSpec.from_config(config), {"seed": 3}, Path(sys.argv[3]))
+print(json.dumps({name: s["sha256"] for name, s in report["splits"].items()}))
+"""
+
+
+def test_split_hashes_do_not_depend_on_the_thread_count(tmp_path):
+    """The split files' bytes differ with POLARS_MAX_THREADS (row groups); their hashes do not."""
+    rows = 300_000
+    source = tmp_path / "features.parquet"
+    pl.DataFrame(
+        {
+            "source_row": range(1, rows + 1),
+            "entry_id": [f"e{i}" for i in range(rows)],
+            "account": [f"{4000 + i % 37}" for i in range(rows)],
+            "amount": [i * 0.25 for i in range(rows)],
+        }
+    ).write_parquet(source)
+    config = ledger_config(tmp_path / "x.csv")
+    hashes, files = {}, {}
+    for threads in (1, 2):
+        out = tmp_path / f"threads-{threads}"
+        result = subprocess.run(
+            [sys.executable, "-c", SPLIT_IN_SUBPROCESS, json.dumps(config), str(source), str(out)],
+            env=os.environ | {"POLARS_MAX_THREADS": str(threads)},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        hashes[threads] = json.loads(result.stdout.strip().splitlines()[-1])
+        files[threads] = {name: sha256_file(out / f"{name}.parquet") for name in SPLITS}
+    assert files[1] != files[2], "the files should differ in bytes, or this test proves nothing"
+    assert hashes[1] == hashes[2]
+    # The rows are the same; the hash must also tell different rows apart.
+    train_1 = pl.read_parquet(tmp_path / "threads-1" / "train.parquet")
+    train_2 = pl.read_parquet(tmp_path / "threads-2" / "train.parquet")
+    assert train_1.equals(train_2)
+    changed = tmp_path / "changed.parquet"
+    train_1.with_columns(pl.col("amount").shift(1, fill_value=-1.0)).write_parquet(changed)
+    assert rows_sha256(changed) != hashes[1]["train"]
+    assert rows_sha256(tmp_path / "threads-1" / "train.parquet") == hashes[1]["train"]

@@ -8,6 +8,7 @@ and is listed in the report, since it cannot be stratified.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from account_tax.io import sha256_file, write_json, write_parquets
+from account_tax.io import write_json, write_parquets
 from account_tax.settings import DataSpec
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,20 @@ def assign_splits(labels: pl.Series, options: dict[str, Any]) -> pl.Series:
     return assignment.get_column(SPLIT)
 
 
+def rows_sha256(path: Path) -> str:
+    """sha256 of a Parquet file's content: column names and types, then each row's hash in order.
+
+    The file's bytes depend on how many threads wrote it (its row groups); its rows do not, so two
+    machines with different core counts report the same hash for the same split. The row hashes
+    are polars' (pinned in pyproject.toml), with a fixed seed.
+    """
+    frame = pl.scan_parquet(path)
+    digest = hashlib.sha256(repr(list(frame.collect_schema().items())).encode())
+    hashes = frame.select(pl.struct(pl.all()).hash(seed=0)).collect(engine="streaming")
+    digest.update(hashes.to_series().to_numpy().astype("<u8").tobytes())
+    return digest.hexdigest()
+
+
 def split(source: Path, spec: DataSpec, options: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """Write `<split>.parquet` for each split and `split_report.json`; return the report."""
     records = pl.scan_parquet(source)
@@ -88,7 +103,7 @@ def split(source: Path, spec: DataSpec, options: dict[str, Any], out_dir: Path) 
         {paths[name]: records.filter(pl.col(SPLIT) == name).drop(SPLIT) for name in SPLITS}
     )
     for name, path in paths.items():
-        report["splits"][name] = {"rows": int((splits == name).sum()), "sha256": sha256_file(path)}
+        report["splits"][name] = {"rows": int((splits == name).sum()), "sha256": rows_sha256(path)}
 
     per_class = (
         assignment.group_by(spec.label, SPLIT)
