@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -283,3 +284,25 @@ def test_readme_mlflow_ui_shows_the_run(finished_run):
     finally:
         ui.terminate()
         ui.wait(timeout=30)
+
+
+def test_user_data_section_does_not_inherit_the_bundled_roles(tmp_path):
+    """A config naming only a label and a text column describes the user's file alone."""
+    # As in a clone: the bundled config/config.yaml is there, and the user's file goes over it.
+    (tmp_path / "config").mkdir()
+    shutil.copy(REPO / "config" / "config.yaml", tmp_path / "config" / "config.yaml")
+    pl.DataFrame(
+        {
+            "memo": [f"office chairs {i}" if i % 2 else f"monthly rent {i}" for i in range(40)],
+            "account": ["4930" if i % 2 else "4210" for i in range(40)],
+        }
+    ).write_csv(tmp_path / "mine.csv")
+    config = {
+        "data": {"path": "mine.csv", "columns": {"label": "account", "text": ["memo"]}},
+        "serialize": {"fields": [{"column": "memo"}]},
+    }
+    result = snakemake(tmp_path, "results/clean/records.parquet", config=config, check=False)
+    assert result.returncode == 0, (tmp_path / "logs/ingest/ingest.log").read_text()
+    clean = pl.read_parquet(tmp_path / "results/clean/records.parquet")
+    assert clean.columns == ["source_row", "memo", "account"]
+    assert clean.height == 40

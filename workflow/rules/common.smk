@@ -8,6 +8,12 @@ from snakemake.utils import validate
 from account_tax.io import resolve_input
 from account_tax.tracking import finish_run, redact_command, start_run
 
+# A user's `data` section describes the user's own file: column roles it leaves out are empty
+# (the schema's defaults), never the bundled example's, which Snakemake's key-by-key merge of
+# --configfile over config/config.yaml would otherwise keep.
+if "data" in workflow.config_settings.overwrite_config:
+    config["data"] = workflow.config_settings.overwrite_config["data"]
+
 # The one place the config is checked: a wrong key or type stops the run before any job.
 validate(config, schema="../schemas/config.schema.yaml")
 
