@@ -1,4 +1,6 @@
 import json
+import subprocess
+import sys
 
 from mlflow import MlflowClient
 
@@ -95,3 +97,46 @@ def test_stage_without_run_file_logs_nothing(tmp_path):
     log_stage(None, "clean", {"rows_in": 1})
     log_stage(tmp_path / "missing.json", "clean", {"rows_in": 1})
     assert not any(tmp_path.iterdir())
+
+
+# Says it is ready, then waits for the go file: both processes have imported everything and
+# call start_run within milliseconds of each other.
+START_AT_ONCE = """
+import sys, time
+from pathlib import Path
+import mlflow  # slow to import: done before the go
+from account_tax.tracking import start_run
+go, uri, run_file = sys.argv[1:]
+print("ready", flush=True)
+while not Path(go).exists():
+    time.sleep(0.005)
+start_run({"tracking": {"experiment": "race", "tracking_uri": uri}}, [], Path(run_file),
+          repo=Path(run_file).parent, command="snakemake")
+"""
+
+
+def test_two_runs_starting_at_once_both_create_their_run_in_a_new_store(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    go = tmp_path / "go"
+    run_files = [tmp_path / name / "run.json" for name in ("a", "b")]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", START_AT_ONCE, go, uri, run_file],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for run_file in run_files
+    ]
+    assert [worker.stdout.readline() for worker in workers] == ["ready\n"] * 2
+    go.touch()
+    errors = [worker.communicate(timeout=120)[1] for worker in workers]
+    # Without a lock, one or both fail in MLflow's alembic migrations of the new database.
+    assert [worker.returncode for worker in workers] == [0, 0], errors
+    run_ids = {json.loads(run_file.read_text())["run_id"] for run_file in run_files}
+    mlflow = MlflowClient(tracking_uri=uri)
+    (experiment,) = mlflow.search_experiments(filter_string="name = 'race'")
+    stored = mlflow.search_runs([experiment.experiment_id])
+    assert {run.info.run_id for run in stored} == run_ids
+    assert len(run_ids) == 2

@@ -7,11 +7,17 @@ the last rule adds each rule's wall time and peak memory and closes the run.
 
 The store is `MLFLOW_TRACKING_URI` when set (a server; its token stays in the environment),
 else a local SQLite file under the results folder. Nothing from the environment is logged.
+
+MLflow creates a new SQLite store's tables on first use (alembic migrations, several seconds); two
+processes doing that at once break each other's migrations. So the run is created under an
+exclusive lock on `<database>.lock` beside the database: the first workflow run creates the
+store and the experiment, the other waits and then adds its run to them.
 """
 
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import json
 import logging
@@ -20,7 +26,8 @@ import re
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -86,6 +93,26 @@ def tracking_uri(results_dir: Path, configured: str | None = None) -> str:
     return f"sqlite:///{(results_dir / 'mlflow.db').resolve()}"
 
 
+@contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Hold an exclusive lock beside a SQLite store's database file; nothing for other stores.
+
+    The lock file stays: removing it on release would let a waiting process lock a file that
+    no longer guards anything. The kernel releases the lock if its holder dies.
+    """
+    from sqlalchemy.engine import make_url
+
+    database = make_url(uri).database if uri.startswith("sqlite:") else None
+    if not database or database == ":memory:":
+        yield
+        return
+    path = Path(f"{database}.lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
@@ -148,16 +175,19 @@ def start_run(
     """Create the workflow run, log its tags and params, and write `run_file`; return its record."""
     tracking = config.get("tracking", {})
     uri = tracking_uri(run_file.parent, tracking.get("tracking_uri"))
-    mlflow = client(uri)
     experiment_name = tracking.get("experiment", "account-tax")
-    experiment = mlflow.get_experiment_by_name(experiment_name)
-    if experiment is not None:
-        experiment_id = experiment.experiment_id
-    elif uri.startswith("sqlite:"):
-        artifacts = (run_file.parent / "artifacts").resolve()
-        experiment_id = mlflow.create_experiment(experiment_name, artifacts.as_uri())
-    else:
-        experiment_id = mlflow.create_experiment(experiment_name)
+    # The client creates a new store's tables; the lock also keeps a second run from creating
+    # the same experiment.
+    with store_lock(uri):
+        mlflow = client(uri)
+        experiment = mlflow.get_experiment_by_name(experiment_name)
+        if experiment is not None:
+            experiment_id = experiment.experiment_id
+        elif uri.startswith("sqlite:"):
+            artifacts = (run_file.parent / "artifacts").resolve()
+            experiment_id = mlflow.create_experiment(experiment_name, artifacts.as_uri())
+        else:
+            experiment_id = mlflow.create_experiment(experiment_name)
 
     digest = config_hash(config)
     tags = {
