@@ -206,6 +206,42 @@ def test_a_versioned_bucket_records_the_version_ids(tmp_path, upload_settings, r
         assert entry["version_id"] == head["VersionId"] != "null"
 
 
+def test_a_missing_bucket_is_refused_before_anything_is_sent_and_never_created(
+    tmp_path, upload_settings, run_info, s3_server
+):
+    settings = replace(upload_settings, bucket="a-bucket-that-does-not-exist")
+    source = make_checkpoint(tmp_path, 1, {"model.bin": 1000})
+    receipt = tmp_path / "receipt.json"
+    message = (
+        f"bucket 'a-bucket-that-does-not-exist' at endpoint {s3_server.endpoint_url} does not "
+        "exist; the workflow never creates buckets: create it, or set upload.bucket to an "
+        "existing one"
+    )
+    with pytest.raises(UploadError, match=re.escape(message)):
+        upload_checkpoint(source, "c", run_info, settings, receipt)
+    assert not receipt.exists()
+    # SeaweedFS creates a bucket on the first write to it: nothing was written.
+    buckets = {b["Name"] for b in client(settings).list_buckets()["Buckets"]}
+    assert settings.bucket not in buckets
+    assert BUCKET in buckets
+
+
+def test_refused_credentials_are_named_before_anything_is_sent(
+    tmp_path, upload_settings, run_info, s3_server, monkeypatch
+):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    source = make_checkpoint(tmp_path, 1, {"model.bin": 1000})
+    with pytest.raises(UploadError) as refused:
+        upload_checkpoint(source, "c", run_info, upload_settings, tmp_path / "receipt.json")
+    assert str(refused.value) == (
+        f"access to bucket '{BUCKET}' at endpoint {s3_server.endpoint_url} refused (403 "
+        "Forbidden): check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+        "AWS_PROFILE) and that they may use the bucket"
+    )
+    listed = s3_server.client().list_objects_v2(Bucket=BUCKET, Prefix=upload_settings.prefix)
+    assert "Contents" not in listed
+
+
 def test_server_rejects_a_wrong_checksum(upload_settings):
     with pytest.raises(ClientError, match="BadDigest"):
         client(upload_settings).put_object(

@@ -31,6 +31,10 @@ the multipart upload is completed only once the whole file matched the manifest;
 s3transfer aborts it and the file never becomes an object. Hashing so costs the upload almost no
 time.
 
+The bucket must exist already: before anything is sent, `head_bucket` confirms it, else the
+upload stops and names the bucket and the endpoint. The workflow never creates buckets, and some
+servers (SeaweedFS among them) would silently create one on the first write to a misspelt name.
+
 Nothing is copied: s3transfer reads each part straight from the file, so an upload needs no disk
 beyond the checkpoint itself.
 
@@ -345,8 +349,9 @@ def upload_checkpoint(
 
     `s3` is a client (default: `client(settings)`); `on_progress` is called from the transfer
     threads with the bytes sent since its last call. Raises CheckpointError for a folder that is
-    not a complete checkpoint or a file that does not match the manifest, and UploadError when S3
-    fails or an object cannot be proven; in both cases no receipt is written.
+    not a complete checkpoint or a file that does not match the manifest, and UploadError when the
+    bucket is missing or refused, S3 fails, or an object cannot be proven; in all these cases no
+    receipt is written (an earlier one at `receipt_path` stays as it was).
     """
     s3 = s3 if s3 is not None else client(settings)
     config = settings.transfer_config()
@@ -361,6 +366,7 @@ def upload_checkpoint(
         changed = sorted(r for r, digest in digests.items() if digest.sha256 != single[r])
         if changed:
             raise CheckpointError(f"{source}: files differ from their {MANIFEST} sha256: {changed}")
+        check_bucket(s3, settings.bucket)
         total = sum(sizes.values())
         where = f"s3://{settings.bucket}/{prefix}"
         log.info(
@@ -401,6 +407,33 @@ def upload_checkpoint(
         "uploaded and verified %d objects under %s; receipt %s", len(objects), where, receipt_path
     )
     return receipt
+
+
+def check_bucket(s3, bucket: str) -> None:
+    """Raise UploadError, naming bucket and endpoint, unless the bucket exists and is ours to use.
+
+    A HEAD response has no body, so S3 reports only the status: 404 for a missing bucket, 403
+    for credentials it refuses (or a bucket they may not list).
+    """
+    where = f"bucket {bucket!r} at endpoint {s3.meta.endpoint_url}"
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code")
+        if code in ("404", "NoSuchBucket"):
+            raise UploadError(
+                f"{where} does not exist; the workflow never creates buckets: create it, or set "
+                "upload.bucket to an existing one"
+            ) from error
+        if code in ("403", "AccessDenied"):
+            raise UploadError(
+                f"access to {where} refused (403 Forbidden): check the credentials "
+                "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE) and that they "
+                "may use the bucket"
+            ) from error
+        raise UploadError(f"cannot check {where}: {error}") from error
+    except BotoCoreError as error:
+        raise UploadError(f"cannot check {where}: {error}") from error
 
 
 def transfer(
