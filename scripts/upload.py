@@ -4,9 +4,16 @@ that has no receipt yet (`--segment-marker`).
 
 The objects go to s3://<bucket>/<prefix>/<experiment>/<run id>/<name>/<file>. The endpoint,
 region and credentials come from the standard AWS environment (AWS_ENDPOINT_URL or
-AWS_ENDPOINT_URL_S3, AWS_PROFILE, AWS_ACCESS_KEY_ID, ...), never from the workflow config.
+AWS_ENDPOINT_URL_S3, AWS_PROFILE, AWS_ACCESS_KEY_ID, ...), never from the workflow config; the
+bucket must exist already.
 A folder without a complete manifest, or whose files do not match it, is refused (exit status 2);
-a failed or unverifiable upload exits with status 1. Neither writes a receipt.
+a missing bucket, a failed or an unverifiable upload exits with status 1. Neither writes a receipt.
+
+Every receipt lives in `--receipts-dir`, which is no rule's output, so that a failed re-run
+(Snakemake deletes a job's outputs before it runs it) never loses the record of an earlier
+verified upload: checkpoints' as `<training run>/<step>.json`, one folder's as
+`<name>/<MLflow run id>.json`, one receipt per S3 folder. `--receipt` and `--index` are the
+rule's outputs: a copy of the folder's receipt, or the list of the segment's receipts.
 """
 
 import json
@@ -34,22 +41,26 @@ def main() -> None:
     parser.add_argument(
         "--run-file", type=Path, required=True, help="JSON with the MLflow run_id and experiment"
     )
+    parser.add_argument(
+        "--receipts-dir", type=Path, required=True, help="folder where every receipt is kept"
+    )
     one = parser.add_argument_group("one folder")
     one.add_argument("--source", type=Path, help="checkpoint or model folder with a manifest")
     one.add_argument("--name", help="name of the folder in S3, e.g. model")
-    one.add_argument("--receipt", type=Path, help="receipt JSON to write")
+    one.add_argument("--receipt", type=Path, help="copy of the folder's receipt to write")
     segment = parser.add_argument_group("a training segment's checkpoints")
     segment.add_argument("--segment-marker", type=Path, help="the segment's marker JSON")
-    segment.add_argument("--receipts-dir", type=Path, help="folder of checkpoint receipts")
     segment.add_argument("--index", type=Path, help="JSON listing the segment's receipts")
     args = parser.parse_args()
     if (args.source is None) == (args.segment_marker is None):
-        parser.error("give either --source, --name and --receipt, or --segment-marker")
+        parser.error("give either --source, --name and --receipt, or --segment-marker and --index")
     settings = UploadSettings.from_config(args.settings)
     run = RunInfo.from_file(args.run_file)
     try:
         if args.source is not None:
-            receipts = [upload_checkpoint(args.source, args.name, run, settings, args.receipt)]
+            kept = args.receipts_dir / args.name / f"{run.run_id}.json"
+            receipts = [upload_checkpoint(args.source, args.name, run, settings, kept)]
+            write_json(args.receipt, receipts[0])
             stage, artifacts = f"upload/{args.name}", [args.receipt]
         else:
             index = upload_segment(args.segment_marker, args.receipts_dir, run, settings)

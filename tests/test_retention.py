@@ -229,7 +229,12 @@ def test_uploader_waiting_on_a_deletion_finds_the_checkpoint_gone(
     receipt = tmp_path / "receipt.json"
     settings = json.dumps({"upload": asdict(upload_settings)})
     arguments = options(
-        source=checkpoint, name="step-100", receipt=receipt, run_file=run_file, settings=settings
+        source=checkpoint,
+        name="step-100",
+        receipt=receipt,
+        receipts_dir=tmp_path / "receipts",
+        run_file=run_file,
+        settings=settings,
     )
     command = [sys.executable, REPO / "scripts/upload.py", *arguments]
 
@@ -245,6 +250,7 @@ def test_uploader_waiting_on_a_deletion_finds_the_checkpoint_gone(
     assert uploader.returncode == 2
     assert "no such checkpoint folder" in stderr
     assert not receipt.exists()
+    assert not (tmp_path / "receipts").exists()
     assert not lock_path(checkpoint).exists()
 
 

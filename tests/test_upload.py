@@ -16,6 +16,8 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 from s3_helpers import BUCKET, MIB, SECRET, make_checkpoint, options, sha256_b64
+from sample_ledger import ledger_config, small_ledger
+from workflow_runner import snakemake
 
 from account_tax import s3server
 from account_tax.errors import DataError
@@ -25,8 +27,9 @@ from account_tax.manifest import (
     CheckpointBusy,
     checkpoint_lock,
     lock_path,
+    write_manifest,
 )
-from account_tax.retention import RetainSettings, retain
+from account_tax.retention import RetainSettings, load_receipts, retain
 from account_tax.s3 import (
     CheckpointError,
     FileDigest,
@@ -358,9 +361,14 @@ def test_server_down_is_a_clear_error_without_receipt(
     assert not receipt.exists()
 
 
-def run_cli(source, receipt, run_file, settings):
+def run_cli(source, receipt, receipts_dir, run_file, settings):
     arguments = options(
-        source=source, name="step-1", receipt=receipt, run_file=run_file, settings=settings
+        source=source,
+        name="step-1",
+        receipt=receipt,
+        receipts_dir=receipts_dir,
+        run_file=run_file,
+        settings=settings,
     )
     command = [sys.executable, REPO / "scripts/upload.py", *arguments]
     return subprocess.run(command, capture_output=True, text=True)
@@ -373,13 +381,13 @@ def test_cli_uploads_refuses_and_fails_clearly_without_showing_secrets(
     run_file = tmp_path / "run.json"
     run_file.write_text(json.dumps(asdict(run_info)))
     settings = json.dumps({"upload": asdict(upload_settings)})
-    receipts = tmp_path / "receipts"
+    receipts, kept = tmp_path / "receipts", tmp_path / "kept"
 
-    done = run_cli(source, receipts / "done.json", run_file, settings)
+    done = run_cli(source, receipts / "done.json", kept, run_file, settings)
     assert done.returncode == 0, done.stderr
     assert "uploaded and verified 2 objects" in done.stderr
 
-    refused = run_cli(tmp_path / "missing", receipts / "refused.json", run_file, settings)
+    refused = run_cli(tmp_path / "missing", receipts / "refused.json", kept, run_file, settings)
     assert refused.returncode == 2
     assert "no such checkpoint folder" in refused.stderr
 
@@ -387,12 +395,19 @@ def test_cli_uploads_refuses_and_fails_clearly_without_showing_secrets(
     (port,) = s3server.free_ports(1)
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    failed = run_cli(source, receipts / "failed.json", run_file, settings)
+    failed = run_cli(source, receipts / "failed.json", kept, run_file, settings)
     assert failed.returncode == 1
     assert f"http://127.0.0.1:{port}" in failed.stderr
     assert "Could not connect" in failed.stderr
 
     assert [p.name for p in receipts.iterdir()] == ["done.json"]
+    # The receipt the rule declares is a copy of the one kept under the receipts folder.
+    assert [p.relative_to(kept).as_posix() for p in kept.rglob("*.json")] == [
+        f"step-1/{run_info.run_id}.json"
+    ]
+    assert (kept / "step-1" / f"{run_info.run_id}.json").read_text() == (
+        receipts / "done.json"
+    ).read_text()
     texts = [r.stdout + r.stderr for r in (done, refused, failed)]
     texts.append((receipts / "done.json").read_text())
     for text in texts:
@@ -480,3 +495,43 @@ def test_server_cli_writes_a_usable_env_file_and_stops(tmp_path):
     assert stopped.returncode == 0, stopped.stderr
     assert s3server.weed_server_argv(pid) is None
     assert not pid_file.exists()
+
+
+@pytest.mark.workflow
+def test_a_failed_re_upload_keeps_the_receipt_of_the_verified_upload(tmp_path, s3_env):
+    workdir = tmp_path / "workflow"
+    workdir.mkdir()
+    small_ledger(workdir / "ledger.csv")
+    config = ledger_config(workdir / "ledger.csv")
+    config["upload"] = {"bucket": BUCKET, "prefix": "receipt-test"}
+    # A sealed folder stands in for the trained model; only the upload rule may run.
+    model = workdir / "results/train/model"
+    model.mkdir(parents=True)
+    (model / "adapter_model.safetensors").write_bytes(os.urandom(1000))
+    write_manifest(model, {"step": 24})
+    upload = ["results/upload/model.json", "--allowed-rules", "upload_model"]
+
+    snakemake(workdir, *upload, config=config, env=s3_env.env())
+    run_id = json.loads((workdir / "results/tracking/run.json").read_text())["run_id"]
+    first = json.loads((workdir / "results/upload/model.json").read_text())
+    kept = workdir / "results/upload/receipts/model" / f"{run_id}.json"
+    assert json.loads(kept.read_text()) == first
+
+    # Snakemake deletes results/upload/model.json before the job runs again; the job then fails.
+    wrong_key = s3_env.env() | {"AWS_SECRET_ACCESS_KEY": SECRET}
+    failed = snakemake(
+        workdir, *upload, "-R", "upload_model", config=config, env=wrong_key, check=False
+    )
+    assert failed.returncode != 0
+    assert not (workdir / "results/upload/model.json").exists()
+    log = (workdir / "logs/upload/model.log").read_text()
+    assert f"access to bucket '{BUCKET}' at endpoint {s3_env.endpoint_url} refused" in log
+    assert SECRET not in log + failed.stdout + failed.stderr
+
+    assert json.loads(kept.read_text()) == first
+    for entry in first["objects"]:
+        head = s3_env.client().head_object(Bucket=BUCKET, Key=entry["key"])
+        assert head["ContentLength"] == entry["size"]
+    # Retention reads the same folder (RECEIPTS_DIR) and finds the receipt by its source.
+    receipts = load_receipts([workdir / "results/upload/receipts"])
+    assert receipts == {model.resolve(): [(kept, first)]}

@@ -2,6 +2,8 @@
 # names them. The upload of segment s runs while segment s+1 trains; retention only acts on
 # receipts, so it can never delete a checkpoint whose upload is unproven or still running.
 # They are local rules: compute nodes often have no route to S3, and these jobs are light.
+# Every receipt is kept in RECEIPTS_DIR, which is no rule's output: Snakemake deletes a job's
+# outputs before it re-runs it, and a failed re-upload must not lose the proof of an earlier one.
 
 
 localrules:
@@ -50,10 +52,11 @@ rule upload_model:
     params:
         script=script("upload"),
         tracking=RUN_FILE,
+        receipts=RECEIPTS_DIR,
         settings=settings("upload"),
     shell:
         "python {params.script} --settings {params.settings:q} --run-file {params.tracking}"
-        " --source {input} --name model --receipt {output}"
+        " --source {input} --name model --receipts-dir {params.receipts} --receipt {output}"
         " --tracking {params.tracking} > {log} 2>&1"
 
 
