@@ -14,6 +14,7 @@ rule ingest:
     threads: 2
     params:
         script=script("ingest"),
+        code=code_sha256("ingest"),
         tracking=RUN_FILE,
         settings=settings("data"),
     shell:
@@ -45,6 +46,7 @@ rule clean:
     threads: 2
     params:
         script=script("clean"),
+        code=code_sha256("clean"),
         tracking=RUN_FILE,
         settings=settings("data", "clean"),
     shell:
@@ -77,6 +79,7 @@ rule features:
     threads: 2
     params:
         script=script("features"),
+        code=code_sha256("features"),
         tracking=RUN_FILE,
         settings=settings("data", "features"),
     shell:
@@ -112,6 +115,7 @@ rule split:
     threads: 2
     params:
         script=script("split"),
+        code=code_sha256("split"),
         tracking=RUN_FILE,
         out_dir=lambda wildcards, output: Path(output.report).parent,
         settings=settings("data", "split"),
@@ -139,6 +143,7 @@ rule serialize:
     threads: 1
     params:
         script=script("serialize"),
+        code=code_sha256("serialize"),
         tracking=RUN_FILE,
         settings=settings("data", "serialize"),
     shell:
