@@ -1,25 +1,45 @@
-"""Evaluate: the fine-tuned model on validation and test, with the same metrics as the baseline
-and side by side with it (accuracy, macro-F1, weighted-F1, top-3 accuracy, per-class scores),
-plus the report's plots: training curves, confusion matrix, per-class F1 against support, and
-the baseline comparison with a written verdict."""
+"""Evaluate: the fine-tuned model and the baseline, scored by the same code on validation and test
+with calibrated probabilities (accuracy, macro-F1, weighted-F1, top-3 accuracy, per-class scores,
+NLL, Brier and ECE before and after calibration), the auto-post threshold chosen on validation
+for a target precision and its coverage on test, bootstrap intervals and a paired verdict, plus
+the report's plots: training curves, confusion matrix, per-class F1 against support, the baseline
+comparison, a reliability diagram and a precision-coverage curve."""
 
 import json
 from pathlib import Path
 
+import joblib
+import polars as pl
 import torch
 
 from account_tax import cli
-from account_tax.evaluation import HEADLINE, compare, score_model, summary_html
+from account_tax.baseline import baseline_logits
+from account_tax.evaluation import (
+    BASELINE,
+    HEADLINE,
+    MODEL,
+    SPLITS,
+    ReviewSettings,
+    Scores,
+    assess,
+    compare,
+    curves,
+    summary_html,
+)
 from account_tax.evaluation_plots import (
     plot_baseline_comparison,
     plot_confusion_matrix,
     plot_f1_vs_support,
+    plot_precision_coverage,
+    plot_reliability,
     plot_training_curves,
     read_history,
 )
+from account_tax.inference import load_classifier, model_temperature, predict_logits
 from account_tax.io import write_json, write_parquet
-from account_tax.predictions import PREDICTED_LABEL_ID
-from account_tax.serialize import LABEL_ID
+from account_tax.model import TRAINING_INFO
+from account_tax.predictions import PREDICTED_LABEL_ID, predictions_frame, read_split
+from account_tax.serialize import LABEL_ID, TEXT
 from account_tax.tracking import log_stage, read_run
 
 
@@ -28,7 +48,9 @@ def main() -> None:
     parser.add_argument("--model", type=Path, required=True, help="trained model folder")
     parser.add_argument("--validation", type=Path, required=True, help="serialized validation")
     parser.add_argument("--test", type=Path, required=True, help="serialized test split")
+    parser.add_argument("--test-records", type=Path, required=True, help="split test records")
     parser.add_argument("--history", type=Path, required=True, help="training history")
+    parser.add_argument("--baseline-model", type=Path, required=True, help="baseline pipeline")
     parser.add_argument("--baseline-metrics", type=Path, required=True, help="baseline metrics")
     parser.add_argument("--metrics", type=Path, required=True, help="metrics JSON to write")
     parser.add_argument("--predictions", type=Path, required=True, help="test predictions")
@@ -37,42 +59,119 @@ def main() -> None:
     parser.add_argument("--confusion", type=Path, required=True, help="confusion matrix PNG")
     parser.add_argument("--f1-support", type=Path, required=True, help="F1 against support PNG")
     parser.add_argument("--comparison", type=Path, required=True, help="baseline comparison PNG")
+    parser.add_argument("--reliability", type=Path, required=True, help="reliability diagram PNG")
+    parser.add_argument(
+        "--precision-coverage", type=Path, required=True, help="precision-coverage curve PNG"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--batch-size", type=int, default=64, help="texts per inference batch")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    review = ReviewSettings(**args.settings["review"])
+    options = args.settings["evaluate"]
 
-    splits = {"validation": args.validation, "test": args.test}
-    report, predictions = score_model(args.model, splits, args.batch_size)
-    baseline = json.loads(args.baseline_metrics.read_text(encoding="utf-8"))
-    comparison = compare(report, baseline)
-    write_json(args.metrics, {**report, "baseline": baseline, "comparison": comparison})
-    write_parquet(predictions["test"], args.predictions)
+    model, tokenizer, labels = load_classifier(args.model)
+    info = json.loads((args.model / TRAINING_INFO).read_text(encoding="utf-8"))
+    pipeline = joblib.load(args.baseline_model)
+    baseline_report = json.loads(args.baseline_metrics.read_text(encoding="utf-8"))
+    splits = {
+        name: read_split(path, len(labels))
+        for name, path in {"validation": args.validation, "test": args.test}.items()
+    }
+    scores = {MODEL: {}, BASELINE: {}}
+    for name, split in splits.items():
+        texts, y_true = split[TEXT].to_list(), split[LABEL_ID].to_numpy()
+        logits = predict_logits(
+            model, tokenizer, texts, args.batch_size, info["settings"]["max_length"]
+        )
+        scores[MODEL][name] = Scores(logits, model_temperature(args.model), y_true)
+        scores[BASELINE][name] = Scores(
+            baseline_logits(pipeline, texts, len(labels)),
+            baseline_report["calibration"]["temperature"],
+            y_true,
+        )
+    amounts = None
+    if options["amount_column"]:
+        column = pl.read_parquet(args.test_records, columns=[options["amount_column"]])
+        amounts = column.to_series().to_numpy()
+    reports = {name: assess(view, labels, review, amounts) for name, view in scores.items()}
+    test_scores = {name: view["test"] for name, view in scores.items()}
+    comparison = compare(
+        reports,
+        test_scores,
+        len(labels),
+        resamples=options["bootstrap_resamples"],
+        seed=options["seed"],
+    )
+    write_json(
+        args.metrics,
+        {**reports[MODEL], BASELINE: reports[BASELINE], "comparison": comparison},
+    )
+    test = predictions_frame(splits["test"], test_scores[MODEL].calibrated, 3, labels)
+    write_parquet(test, args.predictions)
 
-    labels = json.loads((args.model / "label_map.json").read_text(encoding="utf-8"))["labels"]
-    test = predictions["test"]
     plot_training_curves(read_history(args.history), args.curves)
     plot_confusion_matrix(
         test[LABEL_ID].to_numpy(), test[PREDICTED_LABEL_ID].to_numpy(), labels, args.confusion
     )
     plot_f1_vs_support(
-        {"fine-tuned": report["test"]["per_class"], "baseline": baseline["test"]["per_class"]},
-        args.f1_support,
+        {name: report["test"]["per_class"] for name, report in reports.items()}, args.f1_support
     )
-    plot_baseline_comparison({"fine-tuned": report, "baseline": baseline}, args.comparison)
+    plot_baseline_comparison(reports, args.comparison)
+    test_curves = curves(test_scores)
+    plot_reliability(test_curves, args.reliability)
+    plot_precision_coverage(
+        test_curves,
+        {name: report["review"] for name, report in reports.items()},
+        args.precision_coverage,
+    )
     run_id = read_run(args.tracking)["run_id"] if args.tracking and args.tracking.exists() else None
-    args.summary.write_text(summary_html(comparison, run_id), encoding="utf-8")
+    args.summary.write_text(summary_html(comparison, reports, run_id), encoding="utf-8")
 
-    metrics = {
-        f"{split}_{metric}": report[split][metric]
-        for split in splits
-        for metric in HEADLINE
-        if report[split][metric] is not None
-    }
-    if comparison["model_beats_baseline"] is not None:
-        metrics["beats_baseline"] = float(comparison["model_beats_baseline"])
-    plots = [args.curves, args.confusion, args.f1_support, args.comparison]
-    log_stage(args.tracking, "evaluate", metrics, [args.metrics, args.summary, *plots])
+    metrics = {}
+    for name, report in reports.items():
+        prefix = "" if name == MODEL else f"{name}_"
+        for split in SPLITS:
+            metrics |= {
+                f"{prefix}{split}_{metric}": report[split][metric]
+                for metric in HEADLINE
+                if report[split][metric] is not None
+            }
+            for stage, values in report[split]["calibration"].items():
+                metrics |= {
+                    f"{prefix}{split}_{measure}_{stage}_calibration": value
+                    for measure, value in values.items()
+                    if value is not None
+                }
+        metrics[f"{prefix}temperature"] = report["temperature"]
+        for key in ("coverage", "precision", "amount_coverage", "amount_weighted_accuracy"):
+            value = report["review"]["test"].get(key)
+            if value is not None:
+                metrics[f"{prefix}test_auto_{key}"] = value
+    if comparison["verdict"] is not None:
+        difference = comparison["difference"]
+        metrics |= {
+            "beats_baseline": float(comparison["model_beats_baseline"]),
+            "macro_f1_difference": difference["value"],
+            "macro_f1_difference_low": difference["low"],
+            "macro_f1_difference_high": difference["high"],
+            "bootstrap_seconds": comparison["bootstrap"]["seconds"],
+        }
+    plots = [
+        args.curves,
+        args.confusion,
+        args.f1_support,
+        args.comparison,
+        args.reliability,
+        args.precision_coverage,
+    ]
+    log_stage(
+        args.tracking,
+        "evaluate",
+        metrics,
+        [args.metrics, args.summary, *plots],
+        tags={"verdict": str(comparison["verdict"])},
+    )
 
 
 if __name__ == "__main__":

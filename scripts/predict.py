@@ -1,13 +1,17 @@
-"""Predict: the top-k account classes and their probabilities for new records (the same column
-roles as training, labels optional), through the same clean, features and serialize code and the
-trained model. Unusable rows go to the rejects file with the reason; the counts add up."""
+"""Predict: the top-k account classes, with calibrated probabilities, for new records (the same
+column roles as training, labels optional), through the same clean, features and serialize code
+and the trained model. Each row gets a decision, `auto` (post it) at or above the auto-post
+threshold chosen by evaluate, else `review`, and its provenance (model hash, training run, S3
+location of the model). The rows to review go to their own file, least confident first. Unusable
+rows go to the rejects file with the reason; the counts add up."""
 
+import json
 from pathlib import Path
 
 import torch
 
 from account_tax import cli
-from account_tax.predict import predict_records
+from account_tax.predict import PredictPaths, Provenance, predict_records
 from account_tax.settings import DataSpec
 from account_tax.tracking import log_stage
 
@@ -16,24 +20,35 @@ def main() -> None:
     parser = cli.parser(__doc__)
     parser.add_argument("--input", type=Path, required=True, help="new records (CSV or Parquet)")
     parser.add_argument("--model", type=Path, required=True, help="trained model folder")
+    parser.add_argument(
+        "--evaluation", type=Path, required=True, help="evaluate's metrics (auto-post threshold)"
+    )
+    parser.add_argument("--model-receipt", type=Path, help="the model's upload receipt")
     parser.add_argument("--output", type=Path, required=True, help="predictions Parquet")
     parser.add_argument("--rejects", type=Path, required=True, help="rejected rows Parquet")
+    parser.add_argument("--review", type=Path, required=True, help="rows to review Parquet")
     parser.add_argument("--top-k", type=int, default=3, help="classes per record")
     parser.add_argument("--batch-size", type=int, default=64, help="texts per inference batch")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    evaluation = json.loads(args.evaluation.read_text(encoding="utf-8"))
+    provenance = Provenance.of(args.model, args.model_receipt)
     counts = predict_records(
         args.input,
         DataSpec.from_config(args.settings),
         args.settings,
         args.model,
-        args.output,
-        args.rejects,
+        PredictPaths(args.output, args.rejects, args.review),
+        evaluation["review"]["threshold"],
+        provenance,
         k=args.top_k,
         batch_size=args.batch_size,
     )
-    log_stage(args.tracking, f"predict/{args.output.stem}", counts)
+    stage = f"predict/{args.output.stem}"
+    log_stage(
+        args.tracking, stage, counts, tags={"training_run_id": str(provenance.training_run_id)}
+    )
 
 
 if __name__ == "__main__":

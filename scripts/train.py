@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from account_tax.settings import load_settings
-from account_tax.tracking import log_history, log_stage
+from account_tax.tracking import log_history, log_stage, read_run
 from account_tax.train_settings import TrainSettings
 from account_tax.training import TrainPaths, train
 
@@ -72,7 +72,9 @@ def main() -> None:
         history=args.history,
         segment_marker=args.segment_marker,
     )
-    metrics = train(settings, paths, args.segment)
+    tracked = args.tracking is not None and args.tracking.exists()
+    mlflow_run_id = read_run(args.tracking)["run_id"] if tracked else None
+    metrics = train(settings, paths, args.segment, mlflow_run_id)
     if metrics is not None and rank == "0":
         numeric = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
         log_stage(args.tracking, "train", numeric, [args.metrics, args.history])

@@ -14,9 +14,11 @@ import yaml
 from account_tax.baseline import (
     BaselinePaths,
     BaselineSettings,
+    baseline_logits,
     predict_probabilities,
     train_baseline,
 )
+from account_tax.calibration import softmax
 from account_tax.errors import DataError
 from account_tax.metrics import top_k
 from account_tax.predictions import PREDICTED_LABEL_ID, TOP_K_LABEL_IDS, TOP_K_PROBABILITIES
@@ -144,11 +146,21 @@ def test_predictions_rank_the_top_k_accounts_of_every_test_record(trained):
         {
             "id": pl.String,
             "label_id": pl.Int32,
+            "label": pl.String,
             PREDICTED_LABEL_ID: pl.Int32,
+            "predicted_label": pl.String,
+            "confidence": pl.Float32,
             TOP_K_LABEL_IDS: pl.List(pl.Int32),
+            "top_k_labels": pl.List(pl.String),
             TOP_K_PROBABILITIES: pl.List(pl.Float32),
         }
     )
+    # Readable without the label map: the names of the true and the predicted account.
+    for row in predictions.iter_rows(named=True):
+        assert row["label"] == LABELS[row["label_id"]]
+        assert row["predicted_label"] == LABELS[row[PREDICTED_LABEL_ID]]
+        assert row["top_k_labels"] == [LABELS[i] for i in row[TOP_K_LABEL_IDS]]
+        assert row["confidence"] == row[TOP_K_PROBABILITIES][0]
     assert predictions["id"].to_list() == test["id"].to_list()
     assert predictions["label_id"].to_list() == test["label_id"].to_list()
     ids = np.array(predictions[TOP_K_LABEL_IDS].to_list())
@@ -171,9 +183,19 @@ def test_saved_pipeline_reproduces_the_test_predictions(trained):
 
     assert probabilities.shape == (50, len(LABELS))
     assert np.allclose(probabilities.sum(axis=1), 1)
-    ids, scores = top_k(probabilities, 3)
+    ids, _ = top_k(probabilities, 3)
     assert ids.tolist() == predictions[TOP_K_LABEL_IDS].to_list()
-    assert np.allclose(scores, np.array(predictions[TOP_K_PROBABILITIES].to_list()), atol=1e-6)
+    # The written probabilities are the calibrated ones: temperature-scaled log-probabilities.
+    temperature = json.loads(paths.metrics.read_text())["calibration"]["temperature"]
+    calibrated = softmax(
+        baseline_logits(pipeline, test["text"].to_list(), len(LABELS)), temperature
+    )
+    assert np.allclose(
+        np.take_along_axis(calibrated, ids, axis=1),
+        np.array(predictions[TOP_K_PROBABILITIES].to_list()),
+        atol=1e-6,
+    )
+    assert temperature != pytest.approx(1.0)
 
 
 def test_same_seed_gives_the_same_model_on_any_thread_count(trained, tmp_path):

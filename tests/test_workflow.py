@@ -14,7 +14,14 @@ import polars as pl
 import pytest
 from mlflow import MlflowClient
 from sample_ledger import ledger_config, ledger_row, small_ledger
-from workflow_runner import REPO, SECRETS, jobs_run, snakemake
+from workflow_runner import (
+    REPO,
+    SECRETS,
+    jobs_run,
+    snakemake,
+    snakemake_command,
+    snakemake_env,
+)
 
 pytestmark = pytest.mark.workflow
 
@@ -202,15 +209,14 @@ def test_readme_forced_rerun_and_rerun_triggers(finished_run):
         workdir, "-n", "results/serialize/train.parquet", "-R", "clean", config=config
     )
     assert jobs_run(forced) == {"clean": 1, "features": 1, "split": 1, "serialize": 1}
-    # Without `code` among the triggers, an edited script would not re-run its rule; with all
-    # results in place nothing is to be done either way.
+    # The README's command for editing code without re-running: with all results in place
+    # nothing is to be done (an edit under it is the next test's).
     quiet = snakemake(
         workdir,
         "-n",
         *SERIALIZED,
         "--rerun-triggers",
         "mtime",
-        "params",
         "input",
         "software-env",
         config=config,
@@ -306,3 +312,34 @@ def test_user_data_section_does_not_inherit_the_bundled_roles(tmp_path):
     clean = pl.read_parquet(tmp_path / "results/clean/records.parquet")
     assert clean.columns == ["source_row", "memo", "account"]
     assert clean.height == 40
+
+
+def test_editing_a_stage_script_reruns_its_rule_and_what_follows(tmp_path):
+    """The script reaches a rule as a path, so its content is a param (with the package modules
+    it imports): an edit re-runs the rule under Snakemake's default triggers."""
+    copy = tmp_path / "workflow-copy"
+    for part in ("workflow", "scripts", "config", "profiles", "envs"):
+        shutil.copytree(REPO / part, copy / part)
+    shutil.copy(REPO / "Snakefile", copy / "Snakefile")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    small_ledger(workdir / "ledger.csv")
+    config_path = workdir / "config.yaml"
+    config_path.write_text(json.dumps(ledger_config(workdir / "ledger.csv")))
+
+    def run(*args):
+        command = [*snakemake_command(workdir), "--snakefile", str(copy / "Snakefile")]
+        command += ["--cores", "2", *SERIALIZED, *args, "--configfile", str(config_path)]
+        return subprocess.run(
+            command, cwd=workdir, env=snakemake_env(workdir), capture_output=True, text=True
+        )
+
+    first = run()
+    assert first.returncode == 0, first.stderr[-3000:]
+    with (copy / "scripts" / "split.py").open("a") as handle:
+        handle.write("# an edit\n")
+    planned = run("-n")
+    assert jobs_run(planned) == {"split": 1, "serialize": 3}, planned.stderr[-2000:]
+    # Leaving params out of the triggers (as the README says) keeps the results as they are.
+    quiet = run("-n", "--rerun-triggers", "mtime", "input", "software-env")
+    assert "Nothing to be done" in quiet.stdout + quiet.stderr

@@ -13,6 +13,9 @@ from sample_ledger import ledger_config, ledger_row, small_ledger
 from tiny_models import build_tiny_bert
 from workflow_runner import REPO, jobs_run, snakemake
 
+from account_tax.io import sha256_file
+from account_tax.manifest import content_sha256
+
 pytestmark = pytest.mark.workflow
 pytest_plugins = ["s3_fixtures"]
 
@@ -48,6 +51,9 @@ def trained(tmp_path_factory, s3_server):
         "lora": {"r": 4, "alpha": 8},
     }
     config["predict"] = {"inputs": {"new": str(new_records)}}
+    # The ledger is small: a threshold may rest on two validation rows, so both decisions occur.
+    config["review"] = {"target_precision": 0.5, "min_rows": 2}
+    config["evaluate"] = {"bootstrap_resamples": 200, "amount_column": "amount"}
     config["upload"] = {"bucket": BUCKET, "prefix": "workflow-test", "multipart_threshold_mb": 5}
     config["retain"] = {"keep_last": 1, "metric": "validation_loss", "mode": "min"}
     result = snakemake(workdir, config=config, env=s3_server.env())
@@ -96,28 +102,78 @@ def test_evaluation_compares_with_the_baseline_and_says_which_wins(trained):
     for split in ("validation", "test"):
         assert 0 <= report[split]["accuracy"] <= 1
         assert len(report[split]["per_class"]) == 5
+        for model in (report, report["baseline"]):
+            calibration = model[split]["calibration"]
+            assert set(calibration) == {"before", "after"}
+            assert set(calibration["after"]) == {"nll", "brier", "ece"}
     assert report["test"]["per_class"]["0000"]["zero_support"] is True
     assert report["baseline"]["test"]["macro_f1"] is not None
-    beats = report["comparison"]["model_beats_baseline"]
-    assert isinstance(beats, bool)
+    info = json.loads((workdir / "results/train/model/training_info.json").read_text())
+    assert report["temperature"] == info["calibration"]["temperature"] > 0
+    # Temperature fitting on validation never makes its NLL worse.
+    calibration = info["calibration"]
+    assert calibration["validation_nll_after"] <= calibration["validation_nll_before"] + 1e-9
+    for model in (report, report["baseline"]):
+        review = model["review"]
+        assert review["target_precision"] == 0.5 and review["min_rows"] == 2
+        test = review["test"]
+        assert 0 <= test["coverage"] <= 1 and set(test) >= {"amount_coverage", "precision"}
+
+    comparison = report["comparison"]
+    assert comparison["verdict"] in ("better", "no significant difference", "worse")
+    assert comparison["model_beats_baseline"] == (comparison["verdict"] == "better")
+    bootstrap = comparison["bootstrap"]
+    assert bootstrap["resamples"] == 200
+    for model in ("fine-tuned", "baseline"):
+        for metric in ("accuracy", "macro_f1", "top_3_accuracy", "coverage"):
+            interval = bootstrap["models"][model][metric]
+            assert interval["low"] <= interval["value"] <= interval["high"]
+    difference = comparison["difference"]
+    assert difference["low"] <= difference["value"] <= difference["high"]
+    assert difference["value"] == pytest.approx(
+        report["test"]["macro_f1"] - report["baseline"]["test"]["macro_f1"]
+    )
     summary = (workdir / "results/evaluate/summary.html").read_text()
-    assert ("does NOT beat" in summary) == (not beats)
+    expected = {
+        "better": "is better than",
+        "worse": "is WORSE than",
+        "no significant difference": "No significant difference",
+    }
+    assert expected[comparison["verdict"]] in summary
     run = json.loads((workdir / "results/tracking/run.json").read_text())
     assert run["run_id"] in summary
-    for plot in ("training_curves", "confusion_matrix", "f1_vs_support", "baseline_comparison"):
+    plots = (
+        "training_curves",
+        "confusion_matrix",
+        "f1_vs_support",
+        "baseline_comparison",
+        "reliability",
+        "precision_coverage",
+    )
+    for plot in plots:
         assert (workdir / f"results/evaluate/{plot}.png").read_bytes()[:4] == b"\x89PNG"
+    # The test predictions can be read without the label map.
+    predictions = pl.read_parquet(workdir / "results/evaluate/test_predictions.parquet")
+    labels = json.loads((workdir / "results/features/label_map.json").read_text())["labels"]
+    for row in predictions.iter_rows(named=True):
+        assert row["label"] == labels[row["label_id"]]
+        assert row["predicted_label"] == labels[row["predicted_label_id"]]
 
 
 def test_predictions_for_new_records_with_rejects(trained):
     workdir, *_ = trained
     predictions = pl.read_parquet(workdir / "results/predict/new.parquet")
     rejects = pl.read_parquet(workdir / "results/predict/new.rejects.parquet")
+    review = pl.read_parquet(workdir / "results/predict/new.review.parquet")
     assert predictions.height + rejects.height == 4
     assert rejects.get_column("reason").to_list() == [
         "unparseable number in column 'amount': 'not a number'"
     ]
     assert predictions.get_column("id").to_list() == ["E00500", "E00501", "E00502"]
     assert predictions.get_column("account").to_list() == [None, "4210", "4400"]
+    threshold = json.loads((workdir / "results/evaluate/metrics.json").read_text())["review"][
+        "threshold"
+    ]
     labels = {"4930", "4210", "4400", "1800", "0000"}
     for row in predictions.iter_rows(named=True):
         assert len(row["top_k_labels"]) == 3 and set(row["top_k_labels"]) <= labels
@@ -125,6 +181,44 @@ def test_predictions_for_new_records_with_rejects(trained):
         probabilities = row["top_k_probabilities"]
         assert probabilities == sorted(probabilities, reverse=True)
         assert 0 < sum(probabilities) <= 1 + 1e-6
+        assert row["confidence"] == probabilities[0]
+        assert row["auto_threshold"] == threshold
+        posted = threshold is not None and row["confidence"] >= threshold
+        assert row["decision"] == ("auto" if posted else "review")
+    # The rows to review, least confident first, with their alternatives.
+    expected = predictions.filter(pl.col("decision") == "review").sort("confidence")
+    assert review.equals(expected)
+
+
+def test_every_prediction_leads_back_to_its_training_run(trained):
+    """From one prediction row: the model's files, its S3 copy, and the MLflow run that trained
+    it, with the git commit, the config hash and the input data hashes."""
+    workdir, _, _, server = trained
+    row = pl.read_parquet(workdir / "results/predict/new.parquet").row(0, named=True)
+    model_dir = workdir / "results/train/model"
+    assert row["model_sha256"] == content_sha256(model_dir)
+    receipt = json.loads((workdir / "results/upload/model.json").read_text())
+    assert row["model_s3_uri"] == f"s3://{receipt['bucket']}/{receipt['prefix']}"
+    manifest = server.client().get_object(
+        Bucket=receipt["bucket"], Key=receipt["prefix"] + "manifest.json"
+    )
+    assert (
+        json.loads(manifest["Body"].read())["files"]
+        == json.loads((model_dir / "manifest.json").read_text())["files"]
+    )
+
+    tracking = json.loads((workdir / "results/tracking/run.json").read_text())
+    mlflow = MlflowClient(tracking_uri=tracking["tracking_uri"])
+    training_run = mlflow.get_run(row["training_run_id"])
+    tags = training_run.data.tags
+    assert len(tags["git_commit"]) == 40
+    assert len(tags["config_sha256"]) == 64
+    assert tags["input_sha256.ledger.csv"] == sha256_file(workdir / "ledger.csv")
+    assert "train/steps" in training_run.data.metrics
+    predicting_run = mlflow.get_run(tracking["run_id"])
+    assert predicting_run.data.tags["predict/new/training_run_id"] == row["training_run_id"]
+    for key in ("auto", "review", "rejected"):
+        assert f"predict/new/{key}" in predicting_run.data.metrics
 
 
 def test_mlflow_run_has_training_curves_evaluation_and_benchmarks(trained):
@@ -192,6 +286,9 @@ def test_report_renders_in_a_real_browser_with_every_category(trained):
     assert errors == []
     for category in ("Clean", "Features", "Split", "Train", "Evaluate", "Resources"):
         assert category in text, category
+    html = (workdir / "report.html").read_text()
+    for plot in ("reliability.png", "precision_coverage.png"):
+        assert plot in html, plot
     assert screenshot.stat().st_size > 10_000
 
 

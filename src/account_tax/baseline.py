@@ -26,6 +26,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import SGDClassifier
 from sklearn.pipeline import FeatureUnion, Pipeline
 
+from account_tax.calibration import fit_temperature, log_probabilities, softmax
 from account_tax.errors import DataError
 from account_tax.io import write_json, write_parquet
 from account_tax.metrics import TOP_K_ACCURACY, classification_metrics
@@ -130,6 +131,11 @@ def predict_probabilities(pipeline: Pipeline, texts: list[str], num_labels: int)
     return probabilities
 
 
+def baseline_logits(pipeline: Pipeline, texts: list[str], num_labels: int) -> np.ndarray:
+    """The baseline's scores as logits (log-probabilities), for temperature scaling."""
+    return log_probabilities(predict_probabilities(pipeline, texts, num_labels))
+
+
 def train_baseline(
     paths: BaselinePaths, settings: BaselineSettings, threads: int = 1
 ) -> dict[str, Any]:
@@ -160,15 +166,19 @@ def train_baseline(
     )
 
     evaluated = {"validation": validation, "test": test}
-    probabilities = {
-        name: predict_probabilities(pipeline, split[TEXT].to_list(), len(labels))
+    logits = {
+        name: baseline_logits(pipeline, split[TEXT].to_list(), len(labels))
         for name, split in evaluated.items()
     }
+    # Calibrated on validation like the fine-tuned model, so the two compare like for like.
+    temperature = fit_temperature(logits["validation"], validation[LABEL_ID].to_numpy())
+    probabilities = {name: softmax(values, temperature) for name, values in logits.items()}
     report: dict[str, Any] = {
         name: classification_metrics(split[LABEL_ID].to_numpy(), probabilities[name], labels)
         for name, split in evaluated.items()
     }
     report |= {
+        "calibration": {"temperature": temperature, "fitted_on": "validation"},
         "train_seconds": train_seconds,
         "train_rows": train.height,
         "classes_in_train": classes_in_train,
@@ -178,7 +188,9 @@ def train_baseline(
 
     paths.model.parent.mkdir(parents=True, exist_ok=True)
     joblib.dump(pipeline, paths.model)
-    write_parquet(predictions_frame(test, probabilities["test"], settings.top_k), paths.predictions)
+    write_parquet(
+        predictions_frame(test, probabilities["test"], settings.top_k, labels), paths.predictions
+    )
     write_json(paths.metrics, report)
     log.info("baseline: %s", summary(report))
     return report

@@ -1,107 +1,237 @@
-"""Evaluation of the fine-tuned model on validation and test, side by side with the baseline.
+"""Evaluation of the fine-tuned model and the baseline, scored by the same code on the same splits.
 
-The model's scores are computed by the same `classification_metrics` as the baseline's, on the
-same serialized splits, so the comparison is like for like. The verdict (does the fine-tuned
-model beat the baseline on test macro-F1?) is written out, not left to the reader.
+For each model: its logits on validation and test, the temperature fitted on validation (stored
+with the fine-tuned model by training, in the baseline's metrics by the baseline stage), the
+classification metrics of the calibrated probabilities, calibration before and after (NLL,
+Brier, ECE), and the auto-post threshold chosen on validation with what it does on test. Then a
+paired bootstrap of the test set gives intervals, and the verdict (better, no significant
+difference, worse) is read from the interval of the difference in the deciding metric.
 """
 
 from __future__ import annotations
 
 import html
-import json
 import logging
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from account_tax.inference import load_classifier, predict_probabilities
-from account_tax.metrics import TOP_K_ACCURACY, classification_metrics
-from account_tax.model import TRAINING_INFO
-from account_tax.predictions import predictions_frame, read_split
-from account_tax.serialize import LABEL_ID, TEXT
+import numpy as np
+
+from account_tax.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
+from account_tax.calibration import calibration_metrics, reliability_bins, softmax
+from account_tax.metrics import TOP_K, TOP_K_ACCURACY, classification_metrics, top_k
+from account_tax.review import auto_threshold, coverage, precision_coverage_curve
 
 log = logging.getLogger(__name__)
 
+MODEL, BASELINE = "fine-tuned", "baseline"
+SPLITS = ("validation", "test")
 HEADLINE = ("accuracy", "macro_f1", "weighted_f1", TOP_K_ACCURACY)
 DECIDING_METRIC = "macro_f1"
 
 
-def score_model(
-    model_dir: Path, splits: dict[str, Path], batch_size: int
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Metrics per split, and the predictions frame per split."""
-    model, tokenizer, labels = load_classifier(model_dir)
-    info = json.loads((model_dir / TRAINING_INFO).read_text(encoding="utf-8"))
-    max_length = info["settings"]["max_length"]
-    report: dict[str, Any] = {}
-    predictions: dict[str, Any] = {}
-    for name, path in splits.items():
-        split = read_split(path, len(labels))
-        probabilities = predict_probabilities(
-            model, tokenizer, split[TEXT].to_list(), batch_size, max_length
-        )
-        report[name] = classification_metrics(split[LABEL_ID].to_numpy(), probabilities, labels)
-        predictions[name] = predictions_frame(split, probabilities, 3)
-        log.info(
-            "%s: accuracy %s, macro-F1 %s on %d rows",
-            name,
-            report[name]["accuracy"],
-            report[name]["macro_f1"],
-            split.height,
-        )
-    return report, predictions
+@dataclass(frozen=True)
+class ReviewSettings:
+    target_precision: float
+    min_rows: int
 
 
-def compare(model: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
-    """Headline scores side by side per split, and whether the model beats the baseline."""
+@dataclass(frozen=True)
+class Scores:
+    """One model's view of one split: its logits and temperature, and the truth."""
+
+    logits: np.ndarray
+    temperature: float
+    y_true: np.ndarray
+
+    @property
+    def raw(self) -> np.ndarray:
+        return softmax(self.logits)
+
+    @property
+    def calibrated(self) -> np.ndarray:
+        return softmax(self.logits, self.temperature)
+
+    def confidence_and_correct(self) -> tuple[np.ndarray, np.ndarray]:
+        probabilities = self.calibrated
+        return probabilities.max(axis=1), probabilities.argmax(axis=1) == self.y_true
+
+
+def assess(
+    scores: dict[str, Scores],
+    labels: list[str],
+    review: ReviewSettings,
+    amounts: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """One model's report: metrics and calibration per split, and the auto-post threshold chosen
+    on validation with its coverage and precision on each split (amounts: the test rows')."""
+    report: dict[str, Any] = {"temperature": scores["test"].temperature}
+    for split, view in scores.items():
+        report[split] = classification_metrics(view.y_true, view.calibrated, labels)
+        report[split]["calibration"] = {
+            "before": calibration_metrics(view.raw, view.y_true),
+            "after": calibration_metrics(view.calibrated, view.y_true),
+        }
+    threshold = auto_threshold(
+        *scores["validation"].confidence_and_correct(), review.target_precision, review.min_rows
+    )
+    report["review"] = {
+        "target_precision": review.target_precision,
+        "min_rows": review.min_rows,
+        "threshold": threshold,
+        **{
+            split: coverage(
+                *scores[split].confidence_and_correct(),
+                threshold,
+                amounts if split == "test" else None,
+            )
+            for split in SPLITS
+        },
+    }
+    return report
+
+
+def scored_rows(view: Scores, threshold: float | None) -> ScoredRows:
+    ranked, _ = top_k(view.calibrated, TOP_K)
+    confidence, _ = view.confidence_and_correct()
+    return ScoredRows(
+        predicted=ranked[:, 0],
+        top_k_hit=(ranked == view.y_true[:, None]).any(axis=1),
+        confidence=confidence,
+        threshold=threshold,
+    )
+
+
+def compare(
+    reports: dict[str, dict[str, Any]],
+    test_scores: dict[str, Scores],
+    num_labels: int,
+    *,
+    resamples: int,
+    seed: int,
+) -> dict[str, Any]:
+    """Headline scores side by side, the bootstrap intervals, and the verdict on test."""
     table = {
         split: {
-            metric: {"fine-tuned": model[split][metric], "baseline": baseline[split][metric]}
+            metric: {name: report[split][metric] for name, report in reports.items()}
             for metric in HEADLINE
         }
-        for split in ("validation", "test")
+        for split in SPLITS
     }
-    deciding = table["test"][DECIDING_METRIC]
-    beats = (
-        None if None in deciding.values() else bool(deciding["fine-tuned"] > deciding["baseline"])
+    y_true = test_scores[MODEL].y_true
+    if not len(y_true):
+        return {"table": table, "deciding_metric": f"test {DECIDING_METRIC}", "verdict": None}
+    bootstrap = paired_bootstrap(
+        y_true,
+        {
+            name: scored_rows(view, reports[name]["review"]["threshold"])
+            for name, view in test_scores.items()
+        },
+        num_labels,
+        resamples=resamples,
+        seed=seed,
     )
+    difference = bootstrap["difference"][BASELINE][DECIDING_METRIC]
+    log.info("bootstrap: %d resamples in %.2f s", resamples, bootstrap["seconds"])
     return {
         "table": table,
         "deciding_metric": f"test {DECIDING_METRIC}",
-        "model_beats_baseline": beats,
+        "bootstrap": bootstrap,
+        "verdict": judge(difference),
+        "difference": difference,
+        "model_beats_baseline": judge(difference) == BETTER,
     }
 
 
-def verdict(comparison: dict[str, Any]) -> str:
-    scores = comparison["table"]["test"][DECIDING_METRIC]
-    if comparison["model_beats_baseline"] is None:
+def verdict_text(comparison: dict[str, Any]) -> str:
+    if comparison["verdict"] is None:
         return "No verdict: the test split is empty, so test macro-F1 is undefined."
-    model, baseline = scores["fine-tuned"], scores["baseline"]
-    if comparison["model_beats_baseline"]:
+    intervals = comparison["bootstrap"]["models"]
+    model, baseline = intervals[MODEL][DECIDING_METRIC], intervals[BASELINE][DECIDING_METRIC]
+    difference = comparison["difference"]
+    scores = (
+        f"test macro-F1 {model['value']:.3f} [{model['low']:.3f}, {model['high']:.3f}] against "
+        f"{baseline['value']:.3f} [{baseline['low']:.3f}, {baseline['high']:.3f}]; difference "
+        f"{difference['value']:+.3f}, 95 % interval [{difference['low']:+.3f}, "
+        f"{difference['high']:+.3f}] ({comparison['bootstrap']['resamples']} paired resamples of "
+        f"{comparison['bootstrap']['rows']} test rows)"
+    )
+    if comparison["verdict"] == BETTER:
+        return f"The fine-tuned model is better than the TF-IDF baseline: {scores}."
+    if comparison["verdict"] == WORSE:
         return (
-            f"The fine-tuned model beats the baseline on test macro-F1: "
-            f"{model:.3f} vs {baseline:.3f}."
+            f"The fine-tuned model is WORSE than the TF-IDF baseline: {scores}. The baseline is "
+            f"the better choice for this data and configuration."
         )
+    assert comparison["verdict"] == TIE
     return (
-        f"The fine-tuned model does NOT beat the TF-IDF baseline on test macro-F1: "
-        f"{model:.3f} vs {baseline:.3f}. The baseline is the better choice for this data and "
-        f"configuration; consider more epochs, a larger model, or more data."
+        f"No significant difference between the fine-tuned model and the TF-IDF baseline: "
+        f"{scores}. The test set cannot tell them apart."
     )
 
 
-def summary_html(comparison: dict[str, Any], run_id: str | None) -> str:
-    """A small standalone page for the report: the verdict and the headline table."""
+def _number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def summary_html(
+    comparison: dict[str, Any], reports: dict[str, dict[str, Any]], run_id: str | None
+) -> str:
+    """A small standalone page for the report: the verdict, the headline table with intervals,
+    calibration and the auto-post coverage of each model."""
+    names = list(reports)
+    header = "".join(f"<th>{html.escape(name)}</th>" for name in names)
+    intervals = (comparison.get("bootstrap") or {}).get("models", {})
     rows = []
     for split, metrics in comparison["table"].items():
         for metric, scores in metrics.items():
+            cells = []
+            for name in names:
+                cell = _number(scores[name])
+                interval = intervals.get(name, {}).get(metric) if split == "test" else None
+                if interval is not None:
+                    cell += f" [{interval['low']:.3f}, {interval['high']:.3f}]"
+                cells.append(f"<td>{cell}</td>")
+            rows.append(f"<tr><td>{split}</td><td>{metric}</td>{''.join(cells)}</tr>")
+    for measure in ("nll", "brier", "ece"):
+        for stage in ("before", "after"):
             cells = "".join(
-                f"<td>{'n/a' if v is None else f'{v:.3f}'}</td>"
-                for v in (scores["fine-tuned"], scores["baseline"])
+                f"<td>{_number(reports[name]['test']['calibration'][stage][measure])}</td>"
+                for name in names
             )
-            rows.append(f"<tr><td>{split}</td><td>{metric}</td>{cells}</tr>")
+            rows.append(f"<tr><td>test</td><td>{measure} ({stage} calibration)</td>{cells}</tr>")
+    target = reports[names[0]]["review"]["target_precision"]
+    cells = "".join(f"<td>{_number(reports[name]['review']['threshold'])}</td>" for name in names)
+    rows.append(f"<tr><td>validation</td><td>auto-post threshold</td>{cells}</tr>")
+    for key in ("coverage", "precision"):
+        cells = "".join(
+            f"<td>{_number(reports[name]['review']['test'][key])}</td>" for name in names
+        )
+        rows.append(f"<tr><td>test</td><td>auto-post {key} (target {target})</td>{cells}</tr>")
     run = f"<p>MLflow run: <code>{html.escape(run_id)}</code></p>" if run_id else ""
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Evaluation</title></head><body>"
-        f"<p><strong>{html.escape(verdict(comparison))}</strong></p>{run}"
-        "<table border='1' cellpadding='4'><tr><th>split</th><th>metric</th>"
-        "<th>fine-tuned</th><th>baseline</th></tr>" + "".join(rows) + "</table></body></html>\n"
+        f"<p><strong>{html.escape(verdict_text(comparison))}</strong></p>{run}"
+        "<p>Test intervals: 95 % percentile bootstrap.</p>"
+        f"<table border='1' cellpadding='4'><tr><th>split</th><th>metric</th>{header}</tr>"
+        + "".join(rows)
+        + "</table></body></html>\n"
     )
+
+
+def curves(scores: dict[str, Scores]) -> dict[str, dict[str, Any]]:
+    """Per model, the test split's reliability bins and precision-coverage curve, for plots."""
+    result = {}
+    for name, view in scores.items():
+        confidence, correct = view.confidence_and_correct()
+        raw = view.raw
+        _, _, precision, share = precision_coverage_curve(confidence, correct)
+        result[name] = {
+            "reliability": reliability_bins(confidence, correct),
+            "reliability_before": reliability_bins(
+                raw.max(axis=1), raw.argmax(axis=1) == view.y_true
+            ),
+            "coverage": share,
+            "precision": precision,
+        }
+    return result

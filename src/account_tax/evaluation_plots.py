@@ -280,3 +280,63 @@ def plot_baseline_comparison(
     axes[0][-1].legend(loc="upper right", ncols=len(metrics_by_model), fontsize=8)
     _save(fig, path)
     return values
+
+
+def plot_reliability(curves: Mapping[str, Mapping[str, Any]], path: Path) -> dict[str, list]:
+    """Reliability diagram of the test split: per model, accuracy against mean confidence in
+    equal-mass bins, calibrated (solid) and raw (dashed); the diagonal is perfect calibration.
+    Returns model -> [(confidence, accuracy)] of the calibrated bins."""
+    fig, ax = plt.subplots(figsize=(6, 5.5), dpi=100)
+    ax.plot([0, 1], [0, 1], color="grey", linewidth=1, label="perfectly calibrated")
+    points = {}
+    for index, (name, curve) in enumerate(curves.items()):
+        color = f"C{index}"
+        for key, style, suffix in (("reliability", "-", ""), ("reliability_before", "--", " raw")):
+            bins = curve[key]
+            xs, ys = [b["confidence"] for b in bins], [b["accuracy"] for b in bins]
+            ax.plot(xs, ys, style, marker=MODEL_MARKERS[index], color=color, label=name + suffix)
+        points[name] = [(b["confidence"], b["accuracy"]) for b in curve["reliability"]]
+    ax.set_xlabel("confidence (top-1 probability), bin mean")
+    ax.set_ylabel("accuracy in bin")
+    ax.set_xlim(0, 1.02)
+    ax.set_ylim(0, 1.02)
+    ax.set_title("Reliability on test (15 equal-mass bins)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    _save(fig, path)
+    return points
+
+
+def plot_precision_coverage(
+    curves: Mapping[str, Mapping[str, Any]],
+    reviews: Mapping[str, Mapping[str, Any]],
+    path: Path,
+) -> dict[str, tuple[float | None, float | None]]:
+    """Precision of the rows posted automatically against the share posted (test split), as the
+    threshold goes down, per model; the target precision as a line and each model's threshold
+    (chosen on validation) as a point. Returns model -> (coverage, precision) at its threshold."""
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=100)
+    chosen = {}
+    for index, (name, curve) in enumerate(curves.items()):
+        ax.plot(curve["coverage"], curve["precision"], color=f"C{index}", label=name)
+        test = reviews[name]["test"]
+        chosen[name] = (test["coverage"], test["precision"])
+        if test["precision"] is not None:
+            ax.plot(
+                test["coverage"],
+                test["precision"],
+                MODEL_MARKERS[index],
+                color=f"C{index}",
+                markersize=9,
+                label=f"{name}: threshold {reviews[name]['threshold']:.3f}",
+            )
+    target = next(iter(reviews.values()))["target_precision"]
+    ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target}")
+    ax.set_xlabel("coverage (share of test rows posted automatically)")
+    ax.set_ylabel("precision of the posted rows")
+    ax.set_xlim(0, 1.02)
+    ax.set_title("Auto-post: precision against coverage on test")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+    _save(fig, path)
+    return chosen

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from peft import PeftModel
 from transformers import DataCollatorWithPadding, PreTrainedModel, PreTrainedTokenizerBase
 
+from account_tax.calibration import fit_temperature, negative_log_likelihood, softmax
+from account_tax.errors import DataError
+from account_tax.io import write_json
 from account_tax.model import (
     LABEL_MAP,
     TRAINING_INFO,
@@ -20,6 +25,10 @@ from account_tax.model import (
     load_tokenizer,
     resolve_model_dir,
 )
+from account_tax.predictions import read_split
+from account_tax.serialize import LABEL_ID, TEXT
+
+log = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -58,26 +67,83 @@ def merge_adapter(adapter_dir: Path, merged_dir: Path) -> None:
 
 
 @torch.inference_mode()
-def predict_probabilities(
+def predict_logits(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     texts: Sequence[str],
     batch_size: int = 64,
     max_length: int = 128,
 ) -> np.ndarray:
-    """Class probabilities, [len(texts), num_labels] float32, rows in the order of `texts`.
+    """Class logits, [len(texts), num_labels] float32, rows in the order of `texts`.
 
     Batches are formed from length-sorted texts (little padding) and the rows put back in place.
     """
     model.eval()
+    if not texts:
+        return np.empty((0, model.config.num_labels), dtype=np.float32)
     device = next(model.parameters()).device
     collate = DataCollatorWithPadding(tokenizer)
     input_ids = tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
     order = np.argsort([-len(ids) for ids in input_ids], kind="stable")
-    probabilities = np.empty((len(input_ids), model.config.num_labels), dtype=np.float32)
+    logits = np.empty((len(input_ids), model.config.num_labels), dtype=np.float32)
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
         batch = collate([{"input_ids": input_ids[row]} for row in rows]).to(device)
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        probabilities[rows] = torch.softmax(logits.float(), dim=-1).cpu().numpy()
-    return probabilities
+        output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        logits[rows] = output.logits.float().cpu().numpy()
+    return logits
+
+
+def predict_probabilities(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    batch_size: int = 64,
+    max_length: int = 128,
+    temperature: float = 1.0,
+) -> np.ndarray:
+    """Class probabilities, softmax(logits / temperature), [len(texts), num_labels] float32."""
+    logits = predict_logits(model, tokenizer, texts, batch_size, max_length)
+    return softmax(logits, temperature).astype(np.float32)
+
+
+def model_temperature(model_dir: Path | str) -> float:
+    """The temperature fitted on the validation split after training (see `calibrate_model`)."""
+    info = json.loads((Path(model_dir) / TRAINING_INFO).read_text(encoding="utf-8"))
+    if "calibration" not in info:
+        raise DataError(
+            f"{model_dir}: {TRAINING_INFO} has no calibration; the model was trained before "
+            f"calibration existed: train it again (snakemake -R train)"
+        )
+    return float(info["calibration"]["temperature"])
+
+
+def calibrate_model(model_dir: Path, validation: Path, batch_size: int = 64) -> dict[str, Any]:
+    """Fit the model's temperature on the validation split and record it in training_info.json
+    (and in the merged copy's, where there is one); return the calibration record.
+
+    Done on the saved model, loaded as evaluate and predict load it, so what is fitted is what
+    they will apply.
+    """
+    model, tokenizer, labels = load_classifier(model_dir)
+    info = json.loads((model_dir / TRAINING_INFO).read_text(encoding="utf-8"))
+    split = read_split(validation, len(labels))
+    started = time.perf_counter()
+    logits = predict_logits(
+        model, tokenizer, split[TEXT].to_list(), batch_size, info["settings"]["max_length"]
+    )
+    y_true = split[LABEL_ID].to_numpy()
+    temperature = fit_temperature(logits, y_true)
+    record = {
+        "temperature": temperature,
+        "fitted_on": "validation",
+        "rows": split.height,
+        "validation_nll_before": negative_log_likelihood(softmax(logits), y_true),
+        "validation_nll_after": negative_log_likelihood(softmax(logits, temperature), y_true),
+        "seconds": time.perf_counter() - started,
+    }
+    for folder in (model_dir, model_dir / "merged"):
+        if (folder / TRAINING_INFO).is_file():
+            write_json(folder / TRAINING_INFO, {**info, "calibration": record})
+    log.info("calibration: temperature %.3f on %d validation rows", temperature, split.height)
+    return record

@@ -8,6 +8,8 @@ sha256 of every other file. Whoever reads, uploads or deletes a folder holds its
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -84,3 +86,10 @@ def checkpoint_lock(directory: Path, wait: bool = True) -> Iterator[None]:
     finally:
         path.unlink(missing_ok=True)
         os.close(fd)
+
+
+def content_sha256(directory: Path) -> str:
+    """One hash for the content of a sealed folder: the sha256 of its manifest's file list (each
+    file's name and sha256), so two folders with the same files have the same hash."""
+    files = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))["files"]
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +21,37 @@ import polars as pl
 
 from account_tax.clean import clean
 from account_tax.features import derived_columns
-from account_tax.inference import load_classifier, predict_probabilities
+from account_tax.inference import load_classifier, model_temperature, predict_probabilities
 from account_tax.ingest import ingest
 from account_tax.io import parquet_rows, write_parquet
-from account_tax.metrics import top_k
+from account_tax.manifest import content_sha256
 from account_tax.model import TRAINING_INFO
+from account_tax.predictions import (
+    CONFIDENCE,
+    PREDICTED_LABEL,
+    TOP_K_LABELS,
+    TOP_K_PROBABILITIES,
+    top_k_columns,
+)
+from account_tax.review import REVIEW, decisions
 from account_tax.serialize import ID, TEXT, text_expression
 from account_tax.settings import SOURCE_ROW, DataSpec
 
 log = logging.getLogger(__name__)
 
-PREDICTED_LABEL = "predicted_label"
-TOP_K_LABELS = "top_k_labels"
-TOP_K_PROBABILITIES = "top_k_probabilities"
+DECISION = "decision"
+AUTO_THRESHOLD = "auto_threshold"
+MODEL_SHA256 = "model_sha256"
+TRAINING_RUN_ID = "training_run_id"
+MODEL_S3_URI = "model_s3_uri"
+PREDICTION_COLUMNS = (PREDICTED_LABEL, CONFIDENCE, TOP_K_LABELS, TOP_K_PROBABILITIES)
+
+
+@dataclass(frozen=True)
+class PredictPaths:
+    predictions: Path
+    rejects: Path
+    review: Path
 
 
 def serialized_records(
@@ -65,41 +84,73 @@ def serialized_records(
     ).collect()
 
 
+@dataclass(frozen=True)
+class Provenance:
+    """What every prediction row carries, so that it can be traced to the model and its run."""
+
+    model_sha256: str
+    training_run_id: str | None
+    model_s3_uri: str | None
+
+    @classmethod
+    def of(cls, model_dir: Path, receipt: Path | None) -> Provenance:
+        info = json.loads((model_dir / TRAINING_INFO).read_text(encoding="utf-8"))
+        uri = None
+        if receipt is not None:
+            stored = json.loads(receipt.read_text(encoding="utf-8"))
+            uri = f"s3://{stored['bucket']}/{stored['prefix']}"
+        return cls(content_sha256(model_dir), info.get("mlflow_run_id"), uri)
+
+
 def predict_records(
     source: Path,
     spec: DataSpec,
     config: dict[str, Any],
     model_dir: Path,
-    output: Path,
-    rejects: Path,
+    paths: PredictPaths,
+    threshold: float | None,
+    provenance: Provenance,
     *,
     k: int = 3,
     batch_size: int = 64,
 ) -> dict[str, int]:
-    """Write the top-k classes and probabilities of every usable row of `source`; return counts."""
+    """Write the calibrated top-k classes of every usable row of `source`, its decision (`auto`
+    at or above the auto-post threshold, else `review`) and its provenance; the rows to review,
+    least confident first, to their own file; return the counts."""
     with tempfile.TemporaryDirectory(prefix="predict-") as work_dir:
-        records = serialized_records(source, spec, config, rejects, Path(work_dir))
+        records = serialized_records(source, spec, config, paths.rejects, Path(work_dir))
         rows_in = parquet_rows(Path(work_dir) / "records.parquet")
     model, tokenizer, labels = load_classifier(model_dir)
     info = json.loads((model_dir / TRAINING_INFO).read_text(encoding="utf-8"))
-    max_length = info["settings"]["max_length"]
     probabilities = predict_probabilities(
-        model, tokenizer, records[TEXT].to_list(), batch_size, max_length
+        model,
+        tokenizer,
+        records[TEXT].to_list(),
+        batch_size,
+        info["settings"]["max_length"],
+        model_temperature(model_dir),
     )
-    ids, scores = top_k(probabilities, k)
-    names = np.asarray(labels, dtype=object)[ids]
+    predicted = top_k_columns(probabilities, k, labels)
+    confidence = probabilities.max(axis=1) if len(records) else np.empty(0)
     predictions = records.with_columns(
-        pl.Series(PREDICTED_LABEL, names[:, 0].tolist(), dtype=pl.String),
-        pl.Series(TOP_K_LABELS, names.tolist(), dtype=pl.List(pl.String)),
-        pl.Series(TOP_K_PROBABILITIES, scores.astype(np.float32)).cast(pl.List(pl.Float32)),
+        *(column for column in predicted if column.name in PREDICTION_COLUMNS),
+        pl.Series(DECISION, decisions(confidence, threshold), dtype=pl.String),
+        pl.lit(threshold, dtype=pl.Float64).alias(AUTO_THRESHOLD),
+        pl.lit(provenance.model_sha256).alias(MODEL_SHA256),
+        pl.lit(provenance.training_run_id, dtype=pl.String).alias(TRAINING_RUN_ID),
+        pl.lit(provenance.model_s3_uri, dtype=pl.String).alias(MODEL_S3_URI),
     )
-    write_parquet(predictions, output)
+    write_parquet(predictions, paths.predictions)
+    to_review = predictions.filter(pl.col(DECISION) == REVIEW).sort(CONFIDENCE)
+    write_parquet(to_review, paths.review)
     counts = {
         "rows_in": rows_in,
         "predicted": predictions.height,
-        "rejected": parquet_rows(rejects),
+        "auto": predictions.height - to_review.height,
+        "review": to_review.height,
+        "rejected": parquet_rows(paths.rejects),
     }
     if counts["rows_in"] != counts["predicted"] + counts["rejected"]:
         raise AssertionError(f"predict lost rows: {counts}")
-    log.info("predict: %s", counts)
+    log.info("predict: %s (auto-post threshold %s)", counts, threshold)
     return counts

@@ -13,8 +13,12 @@ from account_tax.io import require_columns
 from account_tax.metrics import top_k
 from account_tax.serialize import ID, LABEL_ID, TEXT
 
+LABEL = "label"
 PREDICTED_LABEL_ID = "predicted_label_id"
+PREDICTED_LABEL = "predicted_label"
+CONFIDENCE = "confidence"
 TOP_K_LABEL_IDS = "top_k_label_ids"
+TOP_K_LABELS = "top_k_labels"
 TOP_K_PROBABILITIES = "top_k_probabilities"
 
 
@@ -39,15 +43,31 @@ def read_split(path: Path, num_labels: int) -> pl.DataFrame:
     return frame
 
 
-def predictions_frame(split: pl.DataFrame, probabilities: np.ndarray, k: int) -> pl.DataFrame:
-    """One row per record: its true label id, the prediction, and the k most probable ids."""
+def top_k_columns(probabilities: np.ndarray, k: int, labels: list[str]) -> list[pl.Series]:
+    """The prediction (id and name), its probability (`confidence`), and the k most probable
+    classes (ids, names, probabilities), most probable first."""
     ids, scores = top_k(probabilities, k)
-    return pl.DataFrame(
-        {
-            ID: split[ID],
-            LABEL_ID: split[LABEL_ID],
-            PREDICTED_LABEL_ID: pl.Series(ids[:, 0], dtype=pl.Int32),
-            TOP_K_LABEL_IDS: pl.Series(ids.astype(np.int32)).cast(pl.List(pl.Int32)),
-            TOP_K_PROBABILITIES: pl.Series(scores.astype(np.float32)).cast(pl.List(pl.Float32)),
-        }
+    names = np.asarray(labels, dtype=object)[ids]
+    return [
+        pl.Series(PREDICTED_LABEL_ID, ids[:, 0], dtype=pl.Int32),
+        pl.Series(PREDICTED_LABEL, names[:, 0].tolist(), dtype=pl.String),
+        pl.Series(CONFIDENCE, scores[:, 0], dtype=pl.Float32),
+        pl.Series(TOP_K_LABEL_IDS, ids.astype(np.int32)).cast(pl.List(pl.Int32)),
+        pl.Series(TOP_K_LABELS, names.tolist(), dtype=pl.List(pl.String)),
+        pl.Series(TOP_K_PROBABILITIES, scores.astype(np.float32)).cast(pl.List(pl.Float32)),
+    ]
+
+
+def predictions_frame(
+    split: pl.DataFrame, probabilities: np.ndarray, k: int, labels: list[str]
+) -> pl.DataFrame:
+    """One row per record: its true label (id and name), the prediction and the top k; readable
+    without the label map."""
+    truth = split.select(
+        ID,
+        LABEL_ID,
+        pl.col(LABEL_ID)
+        .replace_strict(list(range(len(labels))), labels, return_dtype=pl.String)
+        .alias(LABEL),
     )
+    return truth.with_columns(top_k_columns(probabilities, k, labels))

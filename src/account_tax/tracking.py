@@ -253,8 +253,9 @@ def log_stage(
     stage: str,
     metrics: Mapping[str, float] | None = None,
     artifacts: Iterable[Path] = (),
+    tags: Mapping[str, str] | None = None,
 ) -> None:
-    """Log a stage's metrics as `<stage>/<name>` and its artifacts under `<stage>/`.
+    """Log a stage's metrics and tags as `<stage>/<name>` and its artifacts under `<stage>/`.
 
     Does nothing without a run file, so every script also runs on its own.
     """
@@ -267,7 +268,10 @@ def log_stage(
         return
     mlflow, run = run_client(run_file)
     log_batch(
-        mlflow, run["run_id"], metrics={f"{stage}/{k}": v for k, v in (metrics or {}).items()}
+        mlflow,
+        run["run_id"],
+        metrics={f"{stage}/{k}": v for k, v in (metrics or {}).items()},
+        tags={f"{stage}/{k}": v for k, v in (tags or {}).items()},
     )
     for path in artifacts:
         if path.is_dir():

@@ -36,7 +36,7 @@ from account_tax.batching import (
 from account_tax.checkpoint import find_resume_point, fingerprint, load_checkpoint, save_checkpoint
 from account_tax.distributed import Distributed, barrier, init_distributed
 from account_tax.errors import DataError
-from account_tax.inference import merge_adapter
+from account_tax.inference import calibrate_model, merge_adapter
 from account_tax.io import sha256_file, write_json
 from account_tax.loss import class_weights, forward_loss, label_counts
 from account_tax.manifest import write_manifest
@@ -197,6 +197,7 @@ def save_outputs(
     paths: TrainPaths,
     model_dir: Path,
     dist: Distributed,
+    mlflow_run_id: str | None,
 ) -> None:
     """The adapter (or the whole model) with tokenizer, label map and provenance; every rank
     calls this, because under ZeRO-3 the weights are gathered from all of them."""
@@ -216,12 +217,12 @@ def save_outputs(
             "base_model_path": str(model_dir),
             "settings": settings.to_dict(),
             "world_size": dist.world_size,
+            # The MLflow run of the workflow run that trained it: predictions name it.
+            "mlflow_run_id": mlflow_run_id,
         }
         write_json(paths.output_dir / TRAINING_INFO, info)
         if settings.merge_adapter:
             merge_adapter(paths.output_dir, paths.output_dir / "merged")
-        # Sealed like a checkpoint, so the upload can prove every file of it.
-        write_manifest(paths.output_dir, {"model": settings.model})
     barrier()
 
 
@@ -255,7 +256,10 @@ def write_segment_marker(
 
 
 def train(
-    settings: TrainSettings, paths: TrainPaths, segment: int | None = None
+    settings: TrainSettings,
+    paths: TrainPaths,
+    segment: int | None = None,
+    mlflow_run_id: str | None = None,
 ) -> dict[str, Any] | None:
     """Train, or resume from the newest complete checkpoint, up to the end of `segment` (all
     steps when None); after the last step write the outputs and return the metrics.
@@ -413,7 +417,7 @@ def train(
         torch_dist.destroy_process_group()
         return None
 
-    save_outputs(engine, tokenizer, settings, paths, model_dir, dist)
+    save_outputs(engine, tokenizer, settings, paths, model_dir, dist, mlflow_run_id)
     final = history[-1]
     seconds = sum(r["seconds"] for r in history)
     metrics = {
@@ -433,8 +437,12 @@ def train(
         "train_tokens_per_s": sum(r["tokens"] for r in history) / seconds if seconds else None,
         "wall_time_s": time.perf_counter() - started,
     }
-    if dist.is_main:
-        write_json(paths.metrics, metrics)
     barrier()
     torch_dist.destroy_process_group()
+    if dist.is_main:
+        # Once the process group is gone, so that no rank waits in a collective meanwhile.
+        metrics["temperature"] = calibrate_model(paths.output_dir, paths.validation)["temperature"]
+        # Sealed like a checkpoint, so the upload can prove every file of it.
+        write_manifest(paths.output_dir, {"model": settings.model})
+        write_json(paths.metrics, metrics)
     return metrics

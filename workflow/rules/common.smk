@@ -1,6 +1,10 @@
+import ast
+import hashlib
 import json
 import sys
 from pathlib import Path
+
+import account_tax
 
 from snakemake.logging import logger
 from snakemake.utils import validate
@@ -52,6 +56,41 @@ def settings(*sections):
 def script(name):
     """A stage script by absolute path, so the workflow also runs with `--directory` elsewhere."""
     return str(Path(workflow.basedir) / "scripts" / f"{name}.py")
+
+
+def code_sha256(name):
+    """sha256 of a stage script and of every module of the account_tax package it imports,
+    directly or through other modules. A rule takes it as a param, so that under Snakemake's
+    default triggers editing the script or the package code it runs re-runs the rule (and what
+    follows), and editing code it does not run does not."""
+    package = Path(account_tax.__file__).parent
+    digest = hashlib.sha256()
+    pending, seen = [Path(script(name))], set()
+    while pending:
+        path = pending.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            modules = []
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module] + [
+                    f"{node.module}.{a.name}" for a in node.names
+                ]
+            for module in modules:
+                if module.split(".")[0] == "account_tax":
+                    parts = module.split(".")[1:]
+                    pending.append(
+                        package.joinpath(*parts).with_suffix(".py")
+                        if parts
+                        else package / "__init__.py"
+                    )
+    for path in sorted(seen):
+        for part in (path.name.encode(), b"\0", path.read_bytes()):
+            digest.update(part)
+    return digest.hexdigest()
 
 
 def raw_input():
@@ -165,8 +204,17 @@ def raw_inputs():
     return [raw_input(), *classes_file()]
 
 
-def predict_input(wildcards):
-    return config["predict"]["inputs"][wildcards.name]
+def predict_inputs(wildcards):
+    """New records, the model, evaluate's auto-post threshold, and the model's upload receipt
+    where uploads are on (every prediction names where the model is stored)."""
+    inputs = {
+        "records": config["predict"]["inputs"][wildcards.name],
+        "model": "results/train/model",
+        "evaluation": "results/evaluate/metrics.json",
+    }
+    if config["upload"]["enabled"]:
+        inputs["receipt"] = "results/upload/model.json"
+    return inputs
 
 
 def upload_outputs():

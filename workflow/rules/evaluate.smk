@@ -19,6 +19,7 @@ rule baseline:
     threads: 2
     params:
         script=script("baseline"),
+        code=code_sha256("baseline"),
         tracking=RUN_FILE,
         settings=settings("baseline"),
     shell:
@@ -35,6 +36,8 @@ rule evaluate:
         history="results/train/history.jsonl",
         validation="results/serialize/validation.parquet",
         test="results/serialize/test.parquet",
+        test_records="results/split/test.parquet",
+        baseline_model="results/baseline/model.joblib",
         baseline="results/baseline/metrics.json",
     output:
         metrics="results/evaluate/metrics.json",
@@ -64,6 +67,16 @@ rule evaluate:
             caption="../report/baseline_comparison.rst",
             category="Evaluate",
         ),
+        reliability=report(
+            "results/evaluate/reliability.png",
+            caption="../report/reliability.rst",
+            category="Evaluate",
+        ),
+        precision_coverage=report(
+            "results/evaluate/precision_coverage.png",
+            caption="../report/precision_coverage.rst",
+            category="Evaluate",
+        ),
     log:
         "logs/evaluate/evaluate.log",
     benchmark:
@@ -75,25 +88,29 @@ rule evaluate:
     threads: 2
     params:
         script=script("evaluate"),
+        code=code_sha256("evaluate"),
         tracking=RUN_FILE,
-        settings=settings("train"),
+        settings=settings("review", "evaluate"),
     shell:
         "OMP_NUM_THREADS={threads} python {params.script} --settings {params.settings:q}"
         " --model {input.model} --history {input.history} --validation {input.validation}"
-        " --test {input.test} --baseline-metrics {input.baseline} --metrics {output.metrics}"
-        " --predictions {output.predictions} --summary {output.summary}"
-        " --curves {output.curves} --confusion {output.confusion}"
+        " --test {input.test} --test-records {input.test_records}"
+        " --baseline-model {input.baseline_model} --baseline-metrics {input.baseline}"
+        " --metrics {output.metrics} --predictions {output.predictions}"
+        " --summary {output.summary} --curves {output.curves} --confusion {output.confusion}"
         " --f1-support {output.f1_support} --comparison {output.comparison}"
+        " --reliability {output.reliability}"
+        " --precision-coverage {output.precision_coverage}"
         " --threads {threads} --tracking {params.tracking} > {log} 2>&1"
 
 
 rule predict:
     input:
-        records=predict_input,
-        model="results/train/model",
+        unpack(predict_inputs),
     output:
         predictions="results/predict/{name}.parquet",
         rejects="results/predict/{name}.rejects.parquet",
+        review="results/predict/{name}.review.parquet",
     log:
         "logs/predict/{name}.log",
     benchmark:
@@ -105,11 +122,16 @@ rule predict:
     threads: 2
     params:
         script=script("predict"),
+        code=code_sha256("predict"),
         tracking=RUN_FILE,
         top_k=config["predict"]["top_k"],
+        receipt=lambda wildcards, input: (
+            f"--model-receipt {input.receipt}" if "receipt" in input.keys() else ""
+        ),
         settings=settings("data", "clean", "features", "serialize"),
     shell:
         "OMP_NUM_THREADS={threads} python {params.script} --settings {params.settings:q}"
-        " --input {input.records:q} --model {input.model} --output {output.predictions}"
-        " --rejects {output.rejects} --top-k {params.top_k} --threads {threads}"
+        " --input {input.records:q} --model {input.model} --evaluation {input.evaluation}"
+        " {params.receipt} --output {output.predictions} --rejects {output.rejects}"
+        " --review {output.review} --top-k {params.top_k} --threads {threads}"
         " --tracking {params.tracking} > {log} 2>&1"

@@ -20,6 +20,7 @@ rule resources:
         "containers/data.sif"
     params:
         script=script("resources"),
+        code=code_sha256("resources"),
         benchmarks="benchmarks",
     shell:
         "python {params.script} --settings '{{}}' --benchmarks {params.benchmarks}"

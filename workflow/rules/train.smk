@@ -20,6 +20,7 @@ rule train_segment:
         **train_resources(),
     params:
         script=script("train"),
+        code=code_sha256("train"),
         launcher=train_launcher,
         checkpoint_dir=CHECKPOINT_DIR,
         settings=settings("train"),
@@ -52,6 +53,7 @@ rule train:
         **train_resources(),
     params:
         script=script("train"),
+        code=code_sha256("train"),
         launcher=train_launcher,
         checkpoint_dir=CHECKPOINT_DIR,
         tracking=RUN_FILE,

@@ -27,6 +27,7 @@ rule upload_checkpoints:
         "containers/tracking.sif"
     params:
         script=script("upload"),
+        code=code_sha256("upload"),
         tracking=RUN_FILE,
         receipts=RECEIPTS_DIR,
         settings=settings("upload"),
@@ -51,6 +52,7 @@ rule upload_model:
         "containers/tracking.sif"
     params:
         script=script("upload"),
+        code=code_sha256("upload"),
         tracking=RUN_FILE,
         receipts=RECEIPTS_DIR,
         settings=settings("upload"),
@@ -75,6 +77,7 @@ rule retain:
         "containers/tracking.sif"
     params:
         script=script("retain"),
+        code=code_sha256("retain"),
         tracking=RUN_FILE,
         checkpoint_dir=CHECKPOINT_DIR,
         receipts=RECEIPTS_DIR,

@@ -1,0 +1,77 @@
+"""Auto-post or review: the confidence threshold above which a suggestion is posted unseen.
+
+Chosen on the validation split: the lowest threshold t such that the rows with confidence >= t
+are right at least `target_precision` of the time, and there are at least `min_rows` of them. The
+second condition is the rule for small counts: three rows that happen to be right say little
+about the next thousand, so a threshold backed by fewer than `min_rows` validation rows does not
+count (at a target of 0.98, one error in 50 rows is the first that can show a miss). Without
+such a threshold every row goes to review.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+AUTO = "auto"
+REVIEW = "review"
+
+
+def precision_coverage_curve(
+    confidence: np.ndarray, correct: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For each distinct confidence t (highest first): t, the rows with confidence >= t, their
+    precision, and their share of all rows (coverage)."""
+    order = np.argsort(-confidence, kind="stable")
+    ranked, hits = confidence[order], np.cumsum(correct[order])
+    # The last row of each run of equal confidences: a threshold takes all of them or none.
+    ends = np.flatnonzero(np.append(ranked[1:] != ranked[:-1], True))
+    rows = ends + 1
+    return ranked[ends], rows, hits[ends] / rows, rows / len(confidence)
+
+
+def auto_threshold(
+    confidence: np.ndarray, correct: np.ndarray, target_precision: float, min_rows: int
+) -> float | None:
+    """The lowest confidence threshold meeting the target on at least `min_rows` rows, or None."""
+    if not len(confidence):
+        return None
+    thresholds, rows, precision, _ = precision_coverage_curve(
+        np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=bool)
+    )
+    meets = (precision >= target_precision) & (rows >= min_rows)
+    return float(thresholds[meets].min()) if meets.any() else None
+
+
+def decisions(confidence: np.ndarray, threshold: float | None) -> np.ndarray:
+    """`auto` where the confidence reaches the threshold, `review` elsewhere."""
+    posted = np.zeros(len(confidence), dtype=bool) if threshold is None else confidence >= threshold
+    return np.where(posted, AUTO, REVIEW)
+
+
+def coverage(
+    confidence: np.ndarray,
+    correct: np.ndarray,
+    threshold: float | None,
+    amounts: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """What posting at `threshold` does on a split: the share of rows posted and the precision
+    reached among them; with amounts, also the share of the absolute amount posted and the
+    amount-weighted accuracy of all rows (a wrong account on a large posting costs more)."""
+    posted = decisions(confidence, threshold) == AUTO
+    result: dict[str, Any] = {
+        "threshold": threshold,
+        "rows": len(confidence),
+        "auto_rows": int(posted.sum()),
+        "coverage": float(posted.mean()) if len(confidence) else None,
+        "precision": float(correct[posted].mean()) if posted.any() else None,
+    }
+    if amounts is not None:
+        weight = np.abs(np.nan_to_num(np.asarray(amounts, dtype=np.float64)))
+        total = weight.sum()
+        result["amount_coverage"] = float(weight[posted].sum() / total) if total else None
+        result["amount_weighted_accuracy"] = (
+            float((weight * correct).sum() / total) if total else None
+        )
+    return result
