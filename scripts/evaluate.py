@@ -16,6 +16,7 @@ from account_tax import cli
 from account_tax.baseline import baseline_logits
 from account_tax.evaluation import (
     BASELINE,
+    ENSEMBLE,
     HEADLINE,
     MODEL,
     SPLITS,
@@ -24,6 +25,7 @@ from account_tax.evaluation import (
     assess,
     compare,
     curves,
+    ensemble_scores,
     summary_html,
 )
 from account_tax.evaluation_plots import (
@@ -90,6 +92,7 @@ def main() -> None:
             baseline_report["calibration"]["temperature"],
             y_true,
         )
+    scores[ENSEMBLE], weight = ensemble_scores(scores[MODEL], scores[BASELINE])
     amounts = None
     if options["amount_column"]:
         column = pl.read_parquet(args.test_records, columns=[options["amount_column"]])
@@ -103,12 +106,26 @@ def main() -> None:
         resamples=options["bootstrap_resamples"],
         seed=options["seed"],
     )
+    reports[ENSEMBLE]["weight"] = weight
+    shipped = comparison["shipped"]["candidate"]
+    # What predict needs to reproduce the shipped candidate's probabilities and decisions.
+    comparison["shipped"] |= {
+        "threshold": reports[shipped]["review"]["threshold"],
+        "baseline_temperature": reports[BASELINE]["temperature"],
+        "ensemble_weight": weight,
+        "ensemble_temperature": reports[ENSEMBLE]["temperature"],
+    }
     write_json(
         args.metrics,
-        {**reports[MODEL], BASELINE: reports[BASELINE], "comparison": comparison},
+        {
+            **reports[MODEL],
+            BASELINE: reports[BASELINE],
+            ENSEMBLE: reports[ENSEMBLE],
+            "comparison": comparison,
+        },
     )
-    test = predictions_frame(splits["test"], test_scores[MODEL].calibrated, 3, labels)
-    write_parquet(test, args.predictions)
+    test = predictions_frame(splits["test"], test_scores[shipped].calibrated, 3, labels)
+    write_parquet(test.with_columns(pl.lit(shipped).alias("candidate")), args.predictions)
 
     plot_training_curves(read_history(args.history), args.curves)
     plot_confusion_matrix(
@@ -148,6 +165,7 @@ def main() -> None:
             value = report["review"]["test"].get(key)
             if value is not None:
                 metrics[f"{prefix}test_auto_{key}"] = value
+    metrics["ensemble_weight"] = weight
     if comparison["verdict"] is not None:
         difference = comparison["difference"]
         metrics |= {
@@ -170,7 +188,11 @@ def main() -> None:
         "evaluate",
         metrics,
         [args.metrics, args.summary, *plots],
-        tags={"verdict": str(comparison["verdict"])},
+        tags={
+            "verdict": str(comparison["verdict"]),
+            "shipped_candidate": shipped,
+            "shipped_verdict": str(comparison["shipped"].get("verdict")),
+        },
     )
 
 

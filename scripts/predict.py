@@ -1,9 +1,10 @@
 """Predict: the top-k account classes, with calibrated probabilities, for new records (the same
 column roles as training, labels optional), through the same clean, features and serialize code
-and the trained model. Each row gets a decision, `auto` (post it) at or above the auto-post
-threshold chosen by evaluate, else `review`, and its provenance (model hash, training run, S3
-location of the model). The rows to review go to their own file, least confident first. Unusable
-rows go to the rejects file with the reason; the counts add up."""
+and the candidate evaluate chose (the fine-tuned model, the baseline or their calibrated mix,
+whichever is best on validation). Each row gets a decision, `auto` (post it) at or above that
+candidate's auto-post threshold, else `review`, and its provenance (candidate, model hashes,
+training run, S3 location of the model). The rows to review go to their own file, least
+confident first. Unusable rows go to the rejects file with the reason; the counts add up."""
 
 import json
 from pathlib import Path
@@ -20,8 +21,12 @@ def main() -> None:
     parser = cli.parser(__doc__)
     parser.add_argument("--input", type=Path, required=True, help="new records (CSV or Parquet)")
     parser.add_argument("--model", type=Path, required=True, help="trained model folder")
+    parser.add_argument("--baseline-model", type=Path, required=True, help="baseline pipeline")
     parser.add_argument(
-        "--evaluation", type=Path, required=True, help="evaluate's metrics (auto-post threshold)"
+        "--evaluation",
+        type=Path,
+        required=True,
+        help="evaluate's metrics: the candidate to use and its auto-post threshold",
     )
     parser.add_argument("--model-receipt", type=Path, help="the model's upload receipt")
     parser.add_argument("--output", type=Path, required=True, help="predictions Parquet")
@@ -33,21 +38,31 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     evaluation = json.loads(args.evaluation.read_text(encoding="utf-8"))
-    provenance = Provenance.of(args.model, args.model_receipt)
+    shipped = evaluation["comparison"]["shipped"]
+    provenance = Provenance.of(
+        shipped["candidate"], args.model, args.baseline_model, args.model_receipt
+    )
     counts = predict_records(
         args.input,
         DataSpec.from_config(args.settings),
         args.settings,
         args.model,
+        args.baseline_model,
         PredictPaths(args.output, args.rejects, args.review),
-        evaluation["review"]["threshold"],
+        shipped,
         provenance,
         k=args.top_k,
         batch_size=args.batch_size,
     )
     stage = f"predict/{args.output.stem}"
     log_stage(
-        args.tracking, stage, counts, tags={"training_run_id": str(provenance.training_run_id)}
+        args.tracking,
+        stage,
+        counts,
+        tags={
+            "training_run_id": str(provenance.training_run_id),
+            "candidate": shipped["candidate"],
+        },
     )
 
 

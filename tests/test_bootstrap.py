@@ -51,9 +51,9 @@ def test_paired_difference_of_a_model_with_itself_is_exactly_zero():
     predicted = np.where(rng.random(200) < 0.6, y_true, 0)
     rows = rows_of(predicted, y_true, rng.random(200))
     result = paired_bootstrap(y_true, {"a": rows, "b": rows}, 4, resamples=300)
-    for interval in result["difference"]["b"].values():
+    for interval in result["difference"]["a"]["b"].values():
         assert interval == {"value": 0.0, "low": 0.0, "high": 0.0}
-    assert judge(result["difference"]["b"]["macro_f1"]) == TIE
+    assert judge(result["difference"]["a"]["b"]["macro_f1"]) == TIE
 
 
 def test_verdict_better_worse_and_tie():
@@ -64,11 +64,12 @@ def test_verdict_better_worse_and_tie():
     result = paired_bootstrap(
         y_true, {"good": rows_of(good, y_true), "bad": rows_of(bad, y_true)}, 5, resamples=500
     )
-    assert judge(result["difference"]["bad"]["macro_f1"]) == BETTER
-    result = paired_bootstrap(
-        y_true, {"bad": rows_of(bad, y_true), "good": rows_of(good, y_true)}, 5, resamples=500
-    )
-    assert judge(result["difference"]["good"]["macro_f1"]) == WORSE
+    assert judge(result["difference"]["good"]["bad"]["macro_f1"]) == BETTER
+    assert judge(result["difference"]["bad"]["good"]["macro_f1"]) == WORSE
+    forward = result["difference"]["good"]["bad"]["macro_f1"]
+    backward = result["difference"]["bad"]["good"]["macro_f1"]
+    assert forward["value"] == pytest.approx(-backward["value"])
+    assert forward["low"] == pytest.approx(-backward["high"])
 
 
 def test_same_seed_same_intervals():

@@ -113,7 +113,7 @@ def test_evaluation_compares_with_the_baseline_and_says_which_wins(trained):
     # Temperature fitting on validation never makes its NLL worse.
     calibration = info["calibration"]
     assert calibration["validation_nll_after"] <= calibration["validation_nll_before"] + 1e-9
-    for model in (report, report["baseline"]):
+    for model in (report, report["baseline"], report["ensemble"]):
         review = model["review"]
         assert review["target_precision"] == 0.5 and review["min_rows"] == 2
         test = review["test"]
@@ -124,7 +124,7 @@ def test_evaluation_compares_with_the_baseline_and_says_which_wins(trained):
     assert comparison["model_beats_baseline"] == (comparison["verdict"] == "better")
     bootstrap = comparison["bootstrap"]
     assert bootstrap["resamples"] == 200
-    for model in ("fine-tuned", "baseline"):
+    for model in ("fine-tuned", "baseline", "ensemble"):
         for metric in ("accuracy", "macro_f1", "top_3_accuracy", "coverage"):
             interval = bootstrap["models"][model][metric]
             assert interval["low"] <= interval["value"] <= interval["high"]
@@ -133,7 +133,13 @@ def test_evaluation_compares_with_the_baseline_and_says_which_wins(trained):
     assert difference["value"] == pytest.approx(
         report["test"]["macro_f1"] - report["baseline"]["test"]["macro_f1"]
     )
+    # Predictions use the best candidate on validation; the page says which and why.
+    shipped = comparison["shipped"]
+    scores = shipped["validation_macro_f1"]
+    assert scores[shipped["candidate"]] == max(scores.values())
+    assert 0 <= report["ensemble"]["weight"] <= 1
     summary = (workdir / "results/evaluate/summary.html").read_text()
+    assert f"Predictions use the {shipped['candidate']} candidate" in summary
     expected = {
         "better": "is better than",
         "worse": "is WORSE than",
@@ -154,6 +160,7 @@ def test_evaluation_compares_with_the_baseline_and_says_which_wins(trained):
         assert (workdir / f"results/evaluate/{plot}.png").read_bytes()[:4] == b"\x89PNG"
     # The test predictions can be read without the label map.
     predictions = pl.read_parquet(workdir / "results/evaluate/test_predictions.parquet")
+    assert set(predictions["candidate"]) == {shipped["candidate"]}
     labels = json.loads((workdir / "results/features/label_map.json").read_text())["labels"]
     for row in predictions.iter_rows(named=True):
         assert row["label"] == labels[row["label_id"]]
@@ -171,9 +178,10 @@ def test_predictions_for_new_records_with_rejects(trained):
     ]
     assert predictions.get_column("id").to_list() == ["E00500", "E00501", "E00502"]
     assert predictions.get_column("account").to_list() == [None, "4210", "4400"]
-    threshold = json.loads((workdir / "results/evaluate/metrics.json").read_text())["review"][
-        "threshold"
+    shipped = json.loads((workdir / "results/evaluate/metrics.json").read_text())["comparison"][
+        "shipped"
     ]
+    threshold = shipped["threshold"]
     labels = {"4930", "4210", "4400", "1800", "0000"}
     for row in predictions.iter_rows(named=True):
         assert len(row["top_k_labels"]) == 3 and set(row["top_k_labels"]) <= labels
@@ -183,6 +191,7 @@ def test_predictions_for_new_records_with_rejects(trained):
         assert 0 < sum(probabilities) <= 1 + 1e-6
         assert row["confidence"] == probabilities[0]
         assert row["auto_threshold"] == threshold
+        assert row["candidate"] == shipped["candidate"]
         posted = threshold is not None and row["confidence"] >= threshold
         assert row["decision"] == ("auto" if posted else "review")
     # The rows to review, least confident first, with their alternatives.
@@ -197,6 +206,8 @@ def test_every_prediction_leads_back_to_its_training_run(trained):
     row = pl.read_parquet(workdir / "results/predict/new.parquet").row(0, named=True)
     model_dir = workdir / "results/train/model"
     assert row["model_sha256"] == content_sha256(model_dir)
+    baseline = sha256_file(workdir / "results/baseline/model.joblib")
+    assert row["baseline_sha256"] == (None if row["candidate"] == "fine-tuned" else baseline)
     receipt = json.loads((workdir / "results/upload/model.json").read_text())
     assert row["model_s3_uri"] == f"s3://{receipt['bucket']}/{receipt['prefix']}"
     manifest = server.client().get_object(

@@ -92,11 +92,8 @@ def paired_bootstrap(
     seed: int = 13,
     level: float = 0.95,
 ) -> dict[str, Any]:
-    """Intervals of each model's metrics, and of every model's difference from the first one.
-
-    The first model in `models` is the one being judged; each other gets
-    `difference[<other>][metric]` = interval of (first - other) on the same resamples.
-    """
+    """Intervals of each model's metrics, and of the difference of every two models:
+    `difference[a][b][metric]` is the interval of (a - b) on the same resamples."""
     started = time.perf_counter()
     y_true = np.asarray(y_true, dtype=np.int64)
     n = len(y_true)
@@ -118,7 +115,6 @@ def paired_bootstrap(
         name: {metric: np.concatenate(parts) for metric, parts in by_metric.items()}
         for name, by_metric in samples.items()
     }
-    first, *others = models
     return {
         "resamples": resamples,
         "seed": seed,
@@ -132,15 +128,19 @@ def paired_bootstrap(
             for name in models
         },
         "difference": {
-            other: {
-                metric: _interval(
-                    stacked[first][metric] - stacked[other][metric],
-                    points[first][metric][0] - points[other][metric][0],
-                    level,
-                )
-                for metric in METRICS
+            name: {
+                other: {
+                    metric: _interval(
+                        stacked[name][metric] - stacked[other][metric],
+                        points[name][metric][0] - points[other][metric][0],
+                        level,
+                    )
+                    for metric in METRICS
+                }
+                for other in models
+                if other != name
             }
-            for other in others
+            for name in models
         },
         "seconds": time.perf_counter() - started,
     }

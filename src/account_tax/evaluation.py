@@ -18,13 +18,23 @@ from typing import Any
 import numpy as np
 
 from account_tax.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
-from account_tax.calibration import calibration_metrics, reliability_bins, softmax
+from account_tax.calibration import (
+    EPSILON,
+    calibration_metrics,
+    fit_temperature,
+    log_probabilities,
+    reliability_bins,
+    softmax,
+)
 from account_tax.metrics import TOP_K, TOP_K_ACCURACY, classification_metrics, top_k
 from account_tax.review import auto_threshold, coverage, precision_coverage_curve
 
 log = logging.getLogger(__name__)
 
-MODEL, BASELINE = "fine-tuned", "baseline"
+MODEL, BASELINE, ENSEMBLE = "fine-tuned", "baseline", "ensemble"
+# In this order a tie on validation goes to the earlier candidate.
+CANDIDATES = (MODEL, ENSEMBLE, BASELINE)
+MIX_WEIGHTS = np.linspace(0.0, 1.0, 101)
 SPLITS = ("validation", "test")
 HEADLINE = ("accuracy", "macro_f1", "weighted_f1", TOP_K_ACCURACY)
 DECIDING_METRIC = "macro_f1"
@@ -55,6 +65,53 @@ class Scores:
     def confidence_and_correct(self) -> tuple[np.ndarray, np.ndarray]:
         probabilities = self.calibrated
         return probabilities.max(axis=1), probabilities.argmax(axis=1) == self.y_true
+
+
+def fit_mix_weight(model: Scores, baseline: Scores) -> float:
+    """The weight w of the model in w·p_model + (1 - w)·p_baseline (both calibrated) that
+    minimises the NLL on `model`'s split, on a grid of 0.01; 1 (the model) without rows."""
+    rows = np.arange(len(model.y_true))
+    if not len(rows):
+        return 1.0
+    right_model = model.calibrated[rows, model.y_true]
+    right_baseline = baseline.calibrated[rows, baseline.y_true]
+    mixed = MIX_WEIGHTS[:, None] * right_model + (1 - MIX_WEIGHTS[:, None]) * right_baseline
+    nll = -np.log(np.clip(mixed, EPSILON, None)).mean(axis=1)
+    return float(MIX_WEIGHTS[nll.argmin()])
+
+
+def ensemble_logits(model: np.ndarray, baseline: np.ndarray, weight: float) -> np.ndarray:
+    """Logits of the convex mix of two calibrated probability matrices."""
+    return log_probabilities(weight * model + (1 - weight) * baseline)
+
+
+def ensemble_scores(
+    model: dict[str, Scores], baseline: dict[str, Scores]
+) -> tuple[dict[str, Scores], float]:
+    """The third candidate: the model and the baseline mixed with the weight fitted on
+    validation, and the mix calibrated there too, like each of them."""
+    weight = fit_mix_weight(model["validation"], baseline["validation"])
+    logits = {
+        split: ensemble_logits(model[split].calibrated, baseline[split].calibrated, weight)
+        for split in model
+    }
+    temperature = fit_temperature(logits["validation"], model["validation"].y_true)
+    return {
+        split: Scores(values, temperature, model[split].y_true) for split, values in logits.items()
+    }, weight
+
+
+def choose_candidate(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The candidate `predict` uses: the best on validation by the deciding metric (ties to the
+    earlier in CANDIDATES; the fine-tuned model when validation is empty)."""
+    scores = {name: reports[name]["validation"][DECIDING_METRIC] for name in CANDIDATES}
+    if None in scores.values():
+        chosen, why = MODEL, "the validation split is empty: the fine-tuned model is used"
+    else:
+        chosen = max(CANDIDATES, key=lambda name: scores[name])
+        ranking = ", ".join(f"{name} {scores[name]:.3f}" for name in CANDIDATES)
+        why = f"best validation {DECIDING_METRIC} ({ranking})"
+    return {"candidate": chosen, "why": why, f"validation_{DECIDING_METRIC}": scores}
 
 
 def assess(
@@ -110,7 +167,10 @@ def compare(
     resamples: int,
     seed: int,
 ) -> dict[str, Any]:
-    """Headline scores side by side, the bootstrap intervals, and the verdict on test."""
+    """Headline scores side by side, the bootstrap intervals, the verdict on test (the
+    fine-tuned model against the baseline), and the candidate that ships with its own verdict
+    against the baseline."""
+    shipped = choose_candidate(reports)
     table = {
         split: {
             metric: {name: report[split][metric] for name, report in reports.items()}
@@ -120,7 +180,12 @@ def compare(
     }
     y_true = test_scores[MODEL].y_true
     if not len(y_true):
-        return {"table": table, "deciding_metric": f"test {DECIDING_METRIC}", "verdict": None}
+        return {
+            "table": table,
+            "deciding_metric": f"test {DECIDING_METRIC}",
+            "verdict": None,
+            "shipped": shipped,
+        }
     bootstrap = paired_bootstrap(
         y_true,
         {
@@ -131,8 +196,11 @@ def compare(
         resamples=resamples,
         seed=seed,
     )
-    difference = bootstrap["difference"][BASELINE][DECIDING_METRIC]
+    difference = bootstrap["difference"][MODEL][BASELINE][DECIDING_METRIC]
     log.info("bootstrap: %d resamples in %.2f s", resamples, bootstrap["seconds"])
+    if shipped["candidate"] != BASELINE:
+        against = bootstrap["difference"][shipped["candidate"]][BASELINE][DECIDING_METRIC]
+        shipped |= {"difference_from_baseline": against, "verdict": judge(against)}
     return {
         "table": table,
         "deciding_metric": f"test {DECIDING_METRIC}",
@@ -140,6 +208,7 @@ def compare(
         "verdict": judge(difference),
         "difference": difference,
         "model_beats_baseline": judge(difference) == BETTER,
+        "shipped": shipped,
     }
 
 
@@ -157,17 +226,29 @@ def verdict_text(comparison: dict[str, Any]) -> str:
         f"{comparison['bootstrap']['rows']} test rows)"
     )
     if comparison["verdict"] == BETTER:
-        return f"The fine-tuned model is better than the TF-IDF baseline: {scores}."
-    if comparison["verdict"] == WORSE:
-        return (
-            f"The fine-tuned model is WORSE than the TF-IDF baseline: {scores}. The baseline is "
-            f"the better choice for this data and configuration."
+        text = f"The fine-tuned model is better than the TF-IDF baseline: {scores}."
+    elif comparison["verdict"] == WORSE:
+        text = f"The fine-tuned model is WORSE than the TF-IDF baseline: {scores}."
+    else:
+        assert comparison["verdict"] == TIE
+        text = (
+            f"No significant difference between the fine-tuned model and the TF-IDF baseline: "
+            f"{scores}. The test set cannot tell them apart."
         )
-    assert comparison["verdict"] == TIE
-    return (
-        f"No significant difference between the fine-tuned model and the TF-IDF baseline: "
-        f"{scores}. The test set cannot tell them apart."
-    )
+    return f"{text} {shipped_text(comparison)}"
+
+
+def shipped_text(comparison: dict[str, Any]) -> str:
+    shipped = comparison["shipped"]
+    text = f"Predictions use the {shipped['candidate']} candidate: {shipped['why']}."
+    if "verdict" in shipped and shipped["candidate"] != MODEL:
+        difference = shipped["difference_from_baseline"]
+        text += (
+            f" Against the baseline on test it is {shipped['verdict']} (macro-F1 difference "
+            f"{difference['value']:+.3f}, 95 % interval [{difference['low']:+.3f}, "
+            f"{difference['high']:+.3f}])."
+        )
+    return text
 
 
 def _number(value: float | None) -> str:

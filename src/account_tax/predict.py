@@ -16,21 +16,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import joblib
 import numpy as np
 import polars as pl
 
+from account_tax.baseline import baseline_logits
+from account_tax.calibration import softmax
 from account_tax.clean import clean
+from account_tax.evaluation import BASELINE, MODEL, ensemble_logits
 from account_tax.features import derived_columns
 from account_tax.inference import load_classifier, model_temperature, predict_probabilities
 from account_tax.ingest import ingest
-from account_tax.io import parquet_rows, write_parquet
+from account_tax.io import parquet_rows, sha256_file, write_parquet
 from account_tax.manifest import content_sha256
-from account_tax.model import TRAINING_INFO
+from account_tax.model import LABEL_MAP, TRAINING_INFO
 from account_tax.predictions import (
     CONFIDENCE,
     PREDICTED_LABEL,
     TOP_K_LABELS,
     TOP_K_PROBABILITIES,
+    read_labels,
     top_k_columns,
 )
 from account_tax.review import REVIEW, decisions
@@ -41,7 +46,9 @@ log = logging.getLogger(__name__)
 
 DECISION = "decision"
 AUTO_THRESHOLD = "auto_threshold"
+CANDIDATE = "candidate"
 MODEL_SHA256 = "model_sha256"
+BASELINE_SHA256 = "baseline_sha256"
 TRAINING_RUN_ID = "training_run_id"
 MODEL_S3_URI = "model_s3_uri"
 PREDICTION_COLUMNS = (PREDICTED_LABEL, CONFIDENCE, TOP_K_LABELS, TOP_K_PROBABILITIES)
@@ -88,18 +95,59 @@ def serialized_records(
 class Provenance:
     """What every prediction row carries, so that it can be traced to the model and its run."""
 
+    candidate: str
     model_sha256: str
+    baseline_sha256: str | None
     training_run_id: str | None
     model_s3_uri: str | None
 
     @classmethod
-    def of(cls, model_dir: Path, receipt: Path | None) -> Provenance:
+    def of(
+        cls, candidate: str, model_dir: Path, baseline_model: Path, receipt: Path | None
+    ) -> Provenance:
         info = json.loads((model_dir / TRAINING_INFO).read_text(encoding="utf-8"))
         uri = None
         if receipt is not None:
             stored = json.loads(receipt.read_text(encoding="utf-8"))
             uri = f"s3://{stored['bucket']}/{stored['prefix']}"
-        return cls(content_sha256(model_dir), info.get("mlflow_run_id"), uri)
+        baseline = sha256_file(baseline_model) if candidate != MODEL else None
+        return cls(candidate, content_sha256(model_dir), baseline, info.get("mlflow_run_id"), uri)
+
+
+def candidate_probabilities(
+    texts: list[str],
+    model_dir: Path,
+    baseline_model: Path,
+    shipped: dict[str, Any],
+    batch_size: int,
+) -> tuple[np.ndarray, list[str]]:
+    """Calibrated probabilities of the candidate evaluate chose (see `choose_candidate`): the
+    fine-tuned model, the baseline, or their mix; and the labels."""
+    labels = read_labels(model_dir / LABEL_MAP)
+    candidate = shipped["candidate"]
+    model_probabilities = baseline_probabilities = None
+    if candidate != BASELINE:
+        model, tokenizer, _ = load_classifier(model_dir)
+        info = json.loads((model_dir / TRAINING_INFO).read_text(encoding="utf-8"))
+        model_probabilities = predict_probabilities(
+            model,
+            tokenizer,
+            texts,
+            batch_size,
+            info["settings"]["max_length"],
+            model_temperature(model_dir),
+        )
+    if candidate != MODEL:
+        pipeline = joblib.load(baseline_model)
+        baseline_probabilities = softmax(
+            baseline_logits(pipeline, texts, len(labels)), shipped["baseline_temperature"]
+        )
+    if candidate == MODEL:
+        return model_probabilities, labels
+    if candidate == BASELINE:
+        return baseline_probabilities, labels
+    mixed = ensemble_logits(model_probabilities, baseline_probabilities, shipped["ensemble_weight"])
+    return softmax(mixed, shipped["ensemble_temperature"]), labels
 
 
 def predict_records(
@@ -107,36 +155,34 @@ def predict_records(
     spec: DataSpec,
     config: dict[str, Any],
     model_dir: Path,
+    baseline_model: Path,
     paths: PredictPaths,
-    threshold: float | None,
+    shipped: dict[str, Any],
     provenance: Provenance,
     *,
     k: int = 3,
     batch_size: int = 64,
 ) -> dict[str, int]:
-    """Write the calibrated top-k classes of every usable row of `source`, its decision (`auto`
-    at or above the auto-post threshold, else `review`) and its provenance; the rows to review,
-    least confident first, to their own file; return the counts."""
+    """Write the calibrated top-k classes of every usable row of `source` from the candidate
+    evaluate chose (`shipped`), its decision (`auto` at or above that candidate's auto-post
+    threshold, else `review`) and its provenance; the rows to review, least confident first, to
+    their own file; return the counts."""
     with tempfile.TemporaryDirectory(prefix="predict-") as work_dir:
         records = serialized_records(source, spec, config, paths.rejects, Path(work_dir))
         rows_in = parquet_rows(Path(work_dir) / "records.parquet")
-    model, tokenizer, labels = load_classifier(model_dir)
-    info = json.loads((model_dir / TRAINING_INFO).read_text(encoding="utf-8"))
-    probabilities = predict_probabilities(
-        model,
-        tokenizer,
-        records[TEXT].to_list(),
-        batch_size,
-        info["settings"]["max_length"],
-        model_temperature(model_dir),
+    probabilities, labels = candidate_probabilities(
+        records[TEXT].to_list(), model_dir, baseline_model, shipped, batch_size
     )
+    threshold = shipped["threshold"]
     predicted = top_k_columns(probabilities, k, labels)
     confidence = probabilities.max(axis=1) if len(records) else np.empty(0)
     predictions = records.with_columns(
         *(column for column in predicted if column.name in PREDICTION_COLUMNS),
         pl.Series(DECISION, decisions(confidence, threshold), dtype=pl.String),
         pl.lit(threshold, dtype=pl.Float64).alias(AUTO_THRESHOLD),
+        pl.lit(provenance.candidate).alias(CANDIDATE),
         pl.lit(provenance.model_sha256).alias(MODEL_SHA256),
+        pl.lit(provenance.baseline_sha256, dtype=pl.String).alias(BASELINE_SHA256),
         pl.lit(provenance.training_run_id, dtype=pl.String).alias(TRAINING_RUN_ID),
         pl.lit(provenance.model_s3_uri, dtype=pl.String).alias(MODEL_S3_URI),
     )

@@ -205,11 +205,13 @@ def raw_inputs():
 
 
 def predict_inputs(wildcards):
-    """New records, the model, evaluate's auto-post threshold, and the model's upload receipt
-    where uploads are on (every prediction names where the model is stored)."""
+    """New records, both models, evaluate's choice of candidate and threshold, and the model's
+    upload receipt where uploads are on (every prediction names where the model is stored).
+    """
     inputs = {
         "records": config["predict"]["inputs"][wildcards.name],
         "model": "results/train/model",
+        "baseline_model": "results/baseline/model.joblib",
         "evaluation": "results/evaluate/metrics.json",
     }
     if config["upload"]["enabled"]:

@@ -132,6 +132,7 @@ rule predict:
     shell:
         "OMP_NUM_THREADS={threads} python {params.script} --settings {params.settings:q}"
         " --input {input.records:q} --model {input.model} --evaluation {input.evaluation}"
+        " --baseline-model {input.baseline_model}"
         " {params.receipt} --output {output.predictions} --rejects {output.rejects}"
         " --review {output.review} --top-k {params.top_k} --threads {threads}"
         " --tracking {params.tracking} > {log} 2>&1"
