@@ -1,5 +1,6 @@
-"""Clean: enforce types by column role, normalise text, drop exact duplicates. Unusable rows go
-to the rejects file with a reason naming the column; in = out + rejects + duplicates, checked."""
+"""Clean: enforce types by column role, normalise text (labels only trimmed), drop exact
+duplicates. Unusable rows go to the rejects file, under the raw file's name, with a reason naming
+the column, or the line of a malformed CSV record; in = out + rejects + duplicates, checked."""
 
 from dataclasses import asdict
 from pathlib import Path

@@ -1,5 +1,7 @@
 """Ingest: read the raw table named by the config's `data` section (CSV, Parquet, or the
-bundled US-GAAP mapping) and write the configured columns plus `source_row` to Parquet."""
+bundled US-GAAP mapping) and write the configured columns plus `source_row` to Parquet. A
+malformed CSV record (too many or too few fields, an unclosed quote) is kept with its line and
+problem, for clean to reject; repeated column names are refused."""
 
 from pathlib import Path
 

@@ -53,6 +53,33 @@ def test_labels_keep_their_case(tmp_path, write_csv):
     assert frame.get_column("account").to_list() == ["AB-12"]
 
 
+def test_labels_are_kept_verbatim_and_match_data_classes_as_written(tmp_path):
+    # Plain text, so that nothing but ingest decides how "0042" is read.
+    header = ",".join(ledger_row(1))
+    rows = [
+        ledger_row(1, account="BE-58  BARON"),
+        ledger_row(2, account=" 0042\t"),
+        ledger_row(3, account="\uff2b-1"),
+        ledger_row(4, account="BE-58 BARON"),
+    ]
+    path = tmp_path / "ledger.csv"
+    path.write_text("\n".join([header, *(",".join(row.values()) for row in rows)]) + "\n")
+    classes = tmp_path / "classes.txt"
+    classes.write_text("BE-58  BARON\n0042 \n\n\uff2b-1\n")
+    spec = ledger_spec(path, classes=str(classes))
+    assert spec.classes == ("BE-58  BARON", "0042", "\uff2b-1")
+    _, frame, rejects = run_clean(tmp_path, path, spec=spec)
+    # Inner spaces, leading zeros and the fullwidth K stay; only the ends are trimmed.
+    assert frame.get_column("account").to_list() == ["BE-58  BARON", "0042", "\uff2b-1"]
+    assert rejects.get_column(REASON).to_list() == [
+        "unknown class 'BE-58 BARON' in column 'account' (not in data.classes)"
+    ]
+    assert ledger_spec(path, classes=["  BE-58  BARON ", "0042"]).classes == (
+        "BE-58  BARON",
+        "0042",
+    )
+
+
 def test_exact_duplicates_are_dropped_and_counted(tmp_path, write_csv):
     rows = [
         ledger_row(1),
@@ -130,7 +157,8 @@ def test_bad_values_go_to_rejects_with_row_and_column(tmp_path, write_csv, overr
     assert (counts.rows_out, counts.rejected) == (2, 1)
     assert rejects.get_column("source_row").to_list() == [2]
     assert rejects.get_column(REASON).to_list() == [reason]
-    assert rejects.get_column("source_file").item().endswith("records.parquet")
+    # The user's file, where source_row counts: not ingest's records.parquet.
+    assert rejects.get_column("source_file").item() == str(path)
     assert frame.get_column("source_row").to_list() == [1, 3]
 
 

@@ -1,11 +1,14 @@
 import json
+import re
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from sample_ledger import ledger_row, ledger_spec
 
 from account_tax.errors import DataError
-from account_tax.ingest import camel_to_words, ingest, read_edgar_gaap
+from account_tax.ingest import SOURCE_FILE_KEY, camel_to_words, ingest, read_edgar_gaap
 from account_tax.io import resolve_input
 from account_tax.settings import SOURCE_ROW
 
@@ -57,11 +60,55 @@ def test_csv_rows_keep_their_source_row_and_raw_text(tmp_path, write_csv):
     assert frame.get_column("amount").to_list() == ["1234.50", "12,x"]
 
 
-def test_missing_column_names_file_and_column(tmp_path, write_csv):
+def test_output_names_the_raw_file_it_was_read_from(tmp_path, write_csv):
+    path = write_csv([ledger_row(1)])
+    out = tmp_path / "records.parquet"
+    ingest(ledger_spec(path), out)
+    assert pl.read_parquet_metadata(out)[SOURCE_FILE_KEY] == str(path)
+
+
+@pytest.mark.parametrize("suffix", ["csv", "parquet"])
+def test_missing_column_names_file_and_only_the_files_columns(tmp_path, suffix):
     row = ledger_row(1)
     del row["vendor"]
-    path = write_csv([row])
-    with pytest.raises(DataError, match=r"ledger\.csv: missing required column\(s\) 'vendor'"):
+    path = tmp_path / f"ledger.{suffix}"
+    frame = pl.DataFrame([row])
+    if suffix == "csv":
+        frame.write_csv(path)
+    else:
+        frame.write_parquet(path)
+    message = (
+        f"{path}: missing required column(s) 'vendor'; "
+        "the file has ['account', 'amount', 'date', 'entry_id', 'memo']"
+    )
+    with pytest.raises(DataError, match=f"^{re.escape(message)}$"):
+        ingest(ledger_spec(path), tmp_path / "out.parquet")
+
+
+def test_csv_with_a_repeated_column_name_is_refused(tmp_path):
+    path = tmp_path / "ledger.csv"
+    header = ",".join(ledger_row(1))
+    path.write_text(f"{header},amount\n{','.join(ledger_row(1).values())},99\n")
+    out = tmp_path / "out.parquet"
+    message = (
+        f"{path}: column name(s) 'amount' appear more than once; "
+        "every column needs a name of its own"
+    )
+    with pytest.raises(DataError, match=f"^{re.escape(message)}$"):
+        ingest(ledger_spec(path), out)
+    assert not out.exists()
+
+
+def test_parquet_with_a_repeated_column_name_is_refused(tmp_path):
+    row = ledger_row(1) | {"extra": "99"}
+    names = [*ledger_row(1), "amount"]
+    path = tmp_path / "ledger.parquet"
+    pq.write_table(pa.table([pa.array([v]) for v in row.values()], names=names), path)
+    message = (
+        f"{path}: column name(s) 'amount' appear more than once; "
+        "every column needs a name of its own"
+    )
+    with pytest.raises(DataError, match=f"^{re.escape(message)}$"):
         ingest(ledger_spec(path), tmp_path / "out.parquet")
 
 

@@ -6,9 +6,10 @@ from pathlib import Path
 import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sample_ledger import ledger_spec
+from sample_ledger import ledger_row, ledger_spec
 
 from account_tax.clean import clean
+from account_tax.errors import DataError
 from account_tax.ingest import ingest
 
 # Small alphabets make duplicates and collisions after normalisation likely.
@@ -59,4 +60,112 @@ def test_every_row_is_accounted_for(rows, classes):
         dropped = set(range(1, len(rows) + 1)) - kept_rows - rejected_rows
         assert len(dropped) == counts.duplicates
         assert kept.drop("source_row").unique().height == kept.height
+        assert rejected.get_column("reason").null_count() == 0
+
+
+HEADER = list(ledger_row(1))
+ROW = ",".join(ledger_row(1).values()).encode()
+FIELD_TEXT = st.sampled_from(["Rent", "rent ", "Office chairs", "\uff32ent", ""])
+# How a line of a CSV can go wrong; the malformed kinds must be rejected, naming their line.
+MALFORMED = {"extra field", "missing fields", "unclosed quote", "text after quote"}
+LINE_KINDS = ["good", "quoted separator", "stray quote", "bad UTF-8", "empty", *sorted(MALFORMED)]
+
+
+@st.composite
+def csv_lines(draw) -> tuple[str, bytes]:
+    """A body line of the ledger CSV and what was done to it. Every quote it holds is followed by
+    a letter unless it closes a quoted field, so that an unclosed quote never runs on into a
+    later, well-formed record (a legitimate multi-line field would)."""
+    kind = draw(st.sampled_from(LINE_KINDS))
+    row = ledger_row(
+        draw(st.integers(1, 4)),
+        memo=draw(FIELD_TEXT),
+        vendor=draw(FIELD_TEXT),
+        amount=draw(st.sampled_from(["1", "-3.5", "x1"])),
+        account=draw(st.sampled_from(["4930", " 0042", "BE-58  BARON", ""])),
+    )
+    fields = [value.encode() for value in row.values()]
+    memo = HEADER.index("memo")
+    if kind == "empty":
+        return kind, b""
+    if kind == "quoted separator":
+        fields[memo] = b'"Chairs, desks"'
+    elif kind == "stray quote":
+        fields[memo] = b'Off"ice'
+    elif kind == "bad UTF-8":
+        fields[memo] = b"Off\xffice"
+    elif kind == "unclosed quote":
+        fields[memo] = b'"Office'
+    elif kind == "text after quote":
+        fields[memo] = b'"Office"x'
+    elif kind == "extra field":
+        fields.append(b"surplus")
+    elif kind == "missing fields":
+        fields = fields[: draw(st.integers(1, len(fields) - 1))]
+    return kind, b",".join(fields)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(csv_lines(), min_size=1, max_size=12))
+def test_every_line_of_a_malformed_csv_is_accounted_for(lines):
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        source = tmp / "ledger.csv"
+        source.write_bytes(b"\n".join([",".join(HEADER).encode(), *(b for _, b in lines)]) + b"\n")
+        spec = ledger_spec(source)
+        ingest(spec, tmp / "records.parquet")
+        counts = clean(
+            tmp / "records.parquet", spec, tmp / "clean.parquet", tmp / "rejects.parquet"
+        )
+        kept = pl.read_parquet(tmp / "clean.parquet").get_column("source_row").to_list()
+        rejected = pl.read_parquet(tmp / "rejects.parquet")
+        reasons = dict(zip(*rejected.select("source_row", "reason"), strict=True))
+        assert counts.rows_in == len(lines)
+        assert counts.rows_in == counts.rows_out + counts.rejected + counts.duplicates
+        assert set(kept).isdisjoint(reasons)
+        assert len(set(range(1, len(lines) + 1)) - set(kept) - set(reasons)) == counts.duplicates
+        for record, (kind, _) in enumerate(lines, start=1):
+            # The header is line 1, and no record here spans lines.
+            names_its_line = reasons.get(record, "").startswith(f"line {record + 1}: ")
+            assert names_its_line == (kind in MALFORMED), (record, kind, reasons.get(record))
+
+
+# Bytes that make and break CSV structure, and whole records, so that some rows are usable.
+CSV_BYTES = st.lists(
+    st.sampled_from(
+        [b",", b'"', b"\n", b"\r", b"\xff", b"\x00", b" ", b"a", b"1", ROW + b"\n", ROW + b",1\n"]
+    )
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    header=st.one_of(
+        st.just(HEADER), st.sampled_from([[*HEADER, "amount"], [*HEADER[:-1], '"account'], []])
+    ),
+    body=CSV_BYTES.map(b"".join),
+)
+def test_random_bytes_end_in_output_rejects_or_a_clear_error(header, body):
+    """Whatever follows the header: a DataError for the file (a header that cannot be read, no
+    rows), or every record in the output, the rejects or the duplicates."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        source = tmp / "ledger.csv"
+        source.write_bytes(",".join(header).encode() + b"\n" + body)
+        spec = ledger_spec(source)
+        try:
+            rows = ingest(spec, tmp / "records.parquet")
+        except DataError as error:
+            assert str(error).startswith(f"{source}: ")
+            return
+        assert header == HEADER
+        counts = clean(
+            tmp / "records.parquet", spec, tmp / "clean.parquet", tmp / "rejects.parquet"
+        )
+        kept = pl.read_parquet(tmp / "clean.parquet").get_column("source_row")
+        rejected = pl.read_parquet(tmp / "rejects.parquet")
+        assert counts.rows_in == rows == counts.rows_out + counts.rejected + counts.duplicates
+        accounted = set(kept) | set(rejected.get_column("source_row"))
+        assert len(accounted) == counts.rows_out + counts.rejected
+        assert accounted <= set(range(1, rows + 1))
         assert rejected.get_column("reason").null_count() == 0

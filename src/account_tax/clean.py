@@ -15,8 +15,9 @@ from pathlib import Path
 import polars as pl
 
 from account_tax.errors import DataError
+from account_tax.ingest import RECORD_PROBLEM, SOURCE_FILE_KEY
 from account_tax.io import parquet_rows, require_columns, write_parquet, write_parquets
-from account_tax.settings import SOURCE_ROW, DataSpec
+from account_tax.settings import LABEL_TRIM, SOURCE_ROW, DataSpec
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,9 @@ def typed_columns(
         )
 
     if spec.label in schema:
-        label = normalised_column(spec.label, "preserve", distinct)
+        # Verbatim but for the ends, as data.classes are read: a label is a name, not text.
+        label = raw(spec.label).str.strip_chars(LABEL_TRIM)
+        label = pl.when(label.str.len_bytes() > 0).then(label)
         values.append(label.alias(spec.label))
         if require_label:
             problems.append(_problem(label.is_null(), f"missing label in column '{spec.label}'"))
@@ -229,7 +232,11 @@ def clean(
     drop_duplicates: bool = True,
     require_label: bool = True,
 ) -> CleanCounts:
-    """Clean `source` (ingest's output) into `output` and `rejects`; return checked counts."""
+    """Clean `source` (ingest's output) into `output` and `rejects`; return checked counts.
+
+    The rejects name the raw file that ingest read (from `source`'s footer), where `source_row`
+    counts; a records file written otherwise names itself.
+    """
     frame = pl.scan_parquet(source)
     schema = frame.collect_schema()
     required = [c for c in spec.columns if require_label or c != spec.label]
@@ -237,8 +244,10 @@ def clean(
     rows_in = parquet_rows(source)
     if rows_in == 0:
         raise DataError(f"{source}: no rows to clean")
+    source_file = pl.read_parquet_metadata(source).get(SOURCE_FILE_KEY, str(source))
 
-    distinct = few_distinct_values(frame, text_columns(schema, spec))
+    normalised = [c for c in text_columns(schema, spec) if c != spec.label]
+    distinct = few_distinct_values(frame, normalised)
     values, problems = typed_columns(schema, spec, case, require_label, distinct)
     unusable = pl.any_horizontal(c for c, _ in problems) if problems else pl.lit(False)
     # The reason texts are built for the rejected rows only: most rows need just the flags.
@@ -247,12 +256,17 @@ def clean(
         separator="; ",
         ignore_nulls=True,
     )
+    if RECORD_PROBLEM in schema:
+        # A malformed CSV record: its values are whatever its fields gave, so its problem is
+        # the whole reason.
+        unusable = unusable | pl.col(RECORD_PROBLEM).is_not_null()
+        reason = pl.coalesce(pl.col(RECORD_PROBLEM), reason)
     present = [c for c in spec.columns if c in schema]
     flagged = frame.with_columns(unusable.alias(UNUSABLE))
     good = flagged.filter(~pl.col(UNUSABLE)).select(SOURCE_ROW, *values)
     bad = flagged.filter(pl.col(UNUSABLE)).select(
         SOURCE_ROW,
-        pl.lit(str(source)).alias(SOURCE_FILE),
+        pl.lit(source_file).alias(SOURCE_FILE),
         *(pl.col(c).cast(pl.String) for c in present),
         reason.cast(pl.String).alias(REASON),
     )

@@ -84,24 +84,40 @@ def write_json(path: Path, data: Any) -> None:
     _replace_atomically([path], write)
 
 
-def write_parquet(frame: pl.DataFrame | pl.LazyFrame, path: Path) -> None:
-    """Write a frame, streaming a lazy one so large inputs need not fit in memory at once."""
+def write_parquet(
+    frame: pl.DataFrame | pl.LazyFrame, path: Path, *, metadata: dict[str, str] | None = None
+) -> None:
+    """Write a frame, streaming a lazy one so large inputs need not fit in memory at once.
+
+    `metadata`: key-value pairs for the file's footer.
+    """
     if isinstance(frame, pl.LazyFrame):
-        write_parquets({path: frame})
+        write_parquets({path: frame}, metadata=metadata)
     else:
-        _replace_atomically([path], lambda tmps: frame.write_parquet(tmps[0]))
+        _replace_atomically([path], lambda tmps: frame.write_parquet(tmps[0], metadata=metadata))
 
 
-def write_parquets(frames: Mapping[Path, pl.LazyFrame], *, scratch: Collection[Path] = ()) -> None:
+def write_parquets(
+    frames: Mapping[Path, pl.LazyFrame],
+    *,
+    scratch: Collection[Path] = (),
+    metadata: dict[str, str] | None = None,
+) -> None:
     """Stream lazy frames to their files in one query, so that a source they share is read once.
 
     Files in `scratch` are read back once and deleted: they get a fast codec (lz4) instead of the
-    default zstd, which compresses better but costs more to write and read.
+    default zstd, which compresses better but costs more to write and read. `metadata`: key-value
+    pairs for every file's footer.
     """
 
     def write(tmps: list[Path]) -> None:
         sinks = [
-            frame.sink_parquet(tmp, compression="lz4" if path in scratch else "zstd", lazy=True)
+            frame.sink_parquet(
+                tmp,
+                compression="lz4" if path in scratch else "zstd",
+                metadata=metadata,
+                lazy=True,
+            )
             for (path, frame), tmp in zip(frames.items(), tmps, strict=True)
         ]
         pl.collect_all(sinks)

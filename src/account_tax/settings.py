@@ -79,13 +79,22 @@ class DataSpec:
         return head + self.feature_columns + (self.label,)
 
 
+LABEL_TRIM = " \t\n\r\f\v"
+"""What is trimmed from both ends of a label, in the data and in data.classes alike; a label is
+otherwise kept as written (inner spaces, leading zeros, case)."""
+
+
 def read_classes(value: list[str] | str | None) -> tuple[str, ...] | None:
-    """The known classes: inline, from a file with one class per line, or None (from the data)."""
+    """The known classes: inline, from a file with one class per line, or None (from the data).
+
+    Each is trimmed as the data's labels are; blank lines of a file are skipped.
+    """
     if value is None:
         return None
     if isinstance(value, str):
         lines = Path(value).read_text(encoding="utf-8").splitlines()
-        value = [line.strip() for line in lines if line.strip()]
+        value = [line for line in lines if line.strip(LABEL_TRIM)]
+    value = [name.strip(LABEL_TRIM) for name in value]
     if len(set(value)) != len(value):
         duplicated = sorted({c for c in value if value.count(c) > 1})
         raise ValueError(f"data.classes lists these classes more than once: {duplicated}")
