@@ -1,5 +1,7 @@
-"""Split: stratified train/validation/test by seed; classes too small to stratify go to train
-and are listed in split_report.json with the per-class counts and a sha256 of each split's rows."""
+"""Split: train/validation/test by `split.strategy` (stratified by class, by date with the latest
+dates held out, or by group with no group in two splits), deterministic by seed. split_report.json
+gives the per-class counts, a sha256 of each split's rows, the date range or group count of each
+split, and the classes in validation or test but not in train."""
 
 from pathlib import Path
 
@@ -23,6 +25,8 @@ def main() -> None:
     args.counts_table.write_text(counts_table(report), encoding="utf-8")
     metrics = {f"{name}_rows": split["rows"] for name, split in report["splits"].items()}
     metrics["train_only_classes"] = len(report["train_only_classes"])
+    for name, classes in report["classes_not_in_train"].items():
+        metrics[f"{name}_classes_not_in_train"] = len(classes)
     log_stage(args.tracking, "split", metrics, [args.out_dir / "split_report.json", args.plot])
 
 

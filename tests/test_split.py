@@ -2,14 +2,23 @@ import json
 import os
 import subprocess
 import sys
+from datetime import date
 
+import numpy as np
 import polars as pl
 import pytest
 from sample_ledger import ledger_config
 
 from account_tax.io import sha256_file
 from account_tax.settings import DataSpec
-from account_tax.split import SPLITS, assign_splits, rows_sha256, split
+from account_tax.split import (
+    SPLITS,
+    assign_group_splits,
+    assign_splits,
+    assign_time_splits,
+    rows_sha256,
+    split,
+)
 
 
 def labels(sizes: dict[str, int]) -> pl.Series:
@@ -137,3 +146,229 @@ def test_split_hashes_do_not_depend_on_the_thread_count(tmp_path):
     train_1.with_columns(pl.col("amount").shift(1, fill_value=-1.0)).write_parquet(changed)
     assert rows_sha256(changed) != hashes[1]["train"]
     assert rows_sha256(tmp_path / "threads-1" / "train.parquet") == hashes[1]["train"]
+
+
+def ledger_rows(days: int, seed: int = 0) -> pl.DataFrame:
+    """Postings on `days` consecutive days, 1 to 30 a day, from 40 vendors of skewed size, each
+    booking mostly to its own account of 6."""
+    rng = np.random.default_rng(seed)
+    per_day = rng.integers(1, 31, days)
+    n = int(per_day.sum())
+    first = np.datetime64("2024-01-01")
+    vendor = rng.zipf(1.5, n) % 40
+    account = np.where(rng.random(n) < 0.8, vendor % 6, rng.integers(0, 6, n))
+    return pl.DataFrame(
+        {
+            "source_row": range(1, n + 1),
+            "entry_id": [f"e{i}" for i in range(n)],
+            "date": np.repeat(first + np.arange(days), per_day),
+            "vendor": [f"v{v}" for v in vendor],
+            "account": [f"{4000 + a}" for a in account],
+        }
+    )
+
+
+def test_time_split_orders_the_dates_and_keeps_each_date_whole():
+    frame = ledger_rows(200)
+    frame = frame.with_columns(assign_time_splits(frame.get_column("date"), {"seed": 1}))
+    spans = {
+        name: (part.get_column("date").min(), part.get_column("date").max())
+        for (name,), part in frame.group_by("split")
+    }
+    # Strictly before: no training row later than, or on the same date as, a held-out row.
+    assert spans["train"][1] < spans["validation"][0]
+    assert spans["validation"][1] < spans["test"][0]
+    assert frame.group_by("date").agg(pl.col("split").n_unique()).get_column("split").max() == 1
+    # Each boundary is the nearest a date boundary can come to its share: off by at most half
+    # a day's rows.
+    half_a_day = frame.group_by("date").len().get_column("len").max() / 2
+    for name in ("validation", "test"):
+        assert abs((frame.get_column("split") == name).sum() - 0.1 * frame.height) <= half_a_day
+
+
+def test_time_split_takes_no_seed_and_no_row_order():
+    frame = ledger_rows(60)
+    first = frame.with_columns(assign_time_splits(frame.get_column("date"), {"seed": 1}))
+    shuffled = frame.sample(fraction=1, shuffle=True, seed=3)
+    again = shuffled.with_columns(assign_time_splits(shuffled.get_column("date"), {"seed": 2}))
+    assert again.sort("entry_id").equals(first.sort("entry_id"))
+
+
+def test_time_split_rows_without_a_date_go_to_train():
+    dates = pl.Series("date", [date(2024, 1, d) for d in range(1, 11)] + [None, None])
+    result = assign_time_splits(dates, {}).to_list()
+    assert result[-2:] == ["train", "train"]
+    assert result[:10] == ["train"] * 8 + ["validation", "test"]
+
+
+def test_time_split_with_no_validation_fraction():
+    dates = pl.Series("date", [date(2024, 1, d) for d in range(1, 11)])
+    result = assign_time_splits(dates, {"validation_fraction": 0, "test_fraction": 0.3})
+    assert result.to_list() == ["train"] * 7 + ["test"] * 3
+
+
+def test_time_split_needs_a_date_for_every_split():
+    dates = pl.Series("date", [date(2024, 1, 1)] * 5 + [date(2024, 1, 2)] * 5)
+    with pytest.raises(
+        ValueError, match=r"needs at least 3 distinct dates in column 'date'.*has 2"
+    ):
+        assign_time_splits(dates, {})
+    # A held-out split gets its date even when its share would round to none.
+    assert assign_time_splits(dates, {"validation_fraction": 0}).to_list() == (
+        ["train"] * 5 + ["test"] * 5
+    )
+
+
+def group_split(frame: pl.DataFrame, seed: int) -> pl.DataFrame:
+    return frame.with_columns(
+        assign_group_splits(frame.get_column("account"), frame.get_column("vendor"), {"seed": seed})
+    )
+
+
+def test_group_split_keeps_every_group_whole_in_one_split():
+    frame = group_split(ledger_rows(300), seed=1)
+    assert frame.group_by("vendor").agg(pl.col("split").n_unique()).get_column("split").max() == 1
+    vendors = {
+        name: set(frame.filter(pl.col("split") == name).get_column("vendor")) for name in SPLITS
+    }
+    assert not vendors["train"] & vendors["validation"]
+    assert not vendors["train"] & vendors["test"]
+    assert not vendors["validation"] & vendors["test"]
+    # Stratified as far as the groups allow: every class is trained on, each held-out split has
+    # most classes and roughly its share.
+    per_class = frame.group_by("account", "split").len()
+    assert per_class.filter(pl.col("split") == "train").height == 6
+    for name in ("validation", "test"):
+        assert per_class.filter(pl.col("split") == name).height >= 4
+        assert 0.05 < (frame.get_column("split") == name).mean() < 0.15
+
+
+def test_group_split_same_seed_same_split_other_seed_other_split():
+    frame = ledger_rows(300)
+    first = group_split(frame, seed=5).get_column("split")
+    assert first.equals(group_split(frame, seed=5).get_column("split"))
+    assert not first.equals(group_split(frame, seed=6).get_column("split"))
+
+
+def test_group_split_gives_a_split_with_no_fraction_no_rows():
+    frame = ledger_rows(300)
+    options = {"validation_fraction": 0, "test_fraction": 0.2}
+    result = assign_group_splits(frame.get_column("account"), frame.get_column("vendor"), options)
+    assert "validation" not in result.to_list()
+    assert 0.1 < (result == "test").mean() < 0.3
+
+
+def test_group_split_places_rows_without_a_group_like_the_stratified_split():
+    series = labels({"big": 100, "mid": 20, "small": 3, "tiny": 2})
+    groups = pl.Series("vendor", [None] * len(series), dtype=pl.String)
+    grouped = pl.DataFrame({"label": series, "split": assign_group_splits(series, groups, {})})
+    stratified = pl.DataFrame({"label": series, "split": assign_splits(series, {})})
+
+    def counts(frame):
+        return sorted(frame.group_by("label", "split").len().iter_rows())
+
+    assert counts(grouped) == counts(stratified)
+
+
+def test_group_split_needs_enough_groups():
+    series = labels({"a": 30, "b": 30})
+    groups = pl.Series("vendor", ["one"] * 30 + ["two"] * 30)
+    with pytest.raises(ValueError, match=r"'vendor' has too few groups.*'validation'"):
+        assign_group_splits(series, groups, {})
+
+
+def write_ledger(tmp_path, frame: pl.DataFrame) -> tuple:
+    source = tmp_path / "features.parquet"
+    frame.write_parquet(source)
+    return source, DataSpec.from_config(ledger_config(tmp_path / "x.csv"))
+
+
+def test_time_split_report(tmp_path):
+    frame = ledger_rows(100).with_columns(
+        pl.when(pl.int_range(pl.len()) < 2).then(None).otherwise(pl.col("date")).alias("date")
+    )
+    source, spec = write_ledger(tmp_path, frame)
+    options = {"strategy": "time", "date_column": "date", "seed": 3}
+    report = split(source, spec, options, tmp_path / "split")
+
+    assert json.loads((tmp_path / "split" / "split_report.json").read_text()) == report
+    assert report["strategy"] == "time"
+    assert report["date_column"] == "date"
+    assert report["undated_rows"] == 2
+    written = {name: pl.read_parquet(tmp_path / "split" / f"{name}.parquet") for name in SPLITS}
+    for name, part in written.items():
+        assert report["splits"][name]["rows"] == part.height
+        assert report["splits"][name]["min_date"] == part.get_column("date").min().isoformat()
+        assert report["splits"][name]["max_date"] == part.get_column("date").max().isoformat()
+    assert written["train"].get_column("date").null_count() == 2
+    assert report["splits"]["test"]["max_date"] == frame.get_column("date").max().isoformat()
+    assert report["train_only_classes"] == []
+
+
+def test_classes_not_in_train_on_a_hand_made_ledger(tmp_path):
+    # Days 1-8 (a posting each) go to train, day 9 to validation, day 10 (three postings) to
+    # test. 9999, 1800 and 0100 are first booked on the last two days; 4930 throughout.
+    frame = pl.DataFrame(
+        {
+            "source_row": range(1, 13),
+            "entry_id": [f"e{i}" for i in range(12)],
+            "date": [date(2024, 1, d) for d in range(1, 11)] + [date(2024, 1, 10)] * 2,
+            "vendor": ["acme"] * 12,
+            "account": ["4930"] * 8 + ["9999", "1800", "4930", "0100"],
+        }
+    )
+    source, spec = write_ledger(tmp_path, frame)
+    report = split(source, spec, {"strategy": "time", "date_column": "date"}, tmp_path / "split")
+    assert [report["splits"][name]["rows"] for name in SPLITS] == [8, 1, 3]
+    assert report["classes_not_in_train"] == {"validation": ["9999"], "test": ["0100", "1800"]}
+    stratified = split(source, spec, {"min_class_size": 3}, tmp_path / "stratified")
+    assert stratified["strategy"] == "stratified"
+    # Classes too small to stratify go to train: none is held out without training rows.
+    assert stratified["classes_not_in_train"] == {"validation": [], "test": []}
+    assert stratified["train_only_classes"] == ["0100", "1800", "9999"]
+
+
+def test_group_split_report(tmp_path):
+    frame = ledger_rows(300).with_columns(
+        pl.when(pl.int_range(pl.len()) % 50 == 0)
+        .then(None)
+        .otherwise(pl.col("vendor"))
+        .alias("vendor")
+    )
+    source, spec = write_ledger(tmp_path, frame)
+    options = {"strategy": "group", "group_column": "vendor", "seed": 3}
+    report = split(source, spec, options, tmp_path / "split")
+
+    assert report["strategy"] == "group"
+    assert report["group_column"] == "vendor"
+    written = {name: pl.read_parquet(tmp_path / "split" / f"{name}.parquet") for name in SPLITS}
+    for name, part in written.items():
+        vendor = part.get_column("vendor")
+        assert report["splits"][name]["groups"] == vendor.drop_nulls().n_unique()
+        assert report["splits"][name]["ungrouped_rows"] == vendor.null_count()
+    assert sum(report["splits"][name]["groups"] for name in SPLITS) == (
+        frame.get_column("vendor").drop_nulls().n_unique()
+    )
+    assert sum(report["splits"][name]["ungrouped_rows"] for name in SPLITS) == (
+        frame.get_column("vendor").null_count()
+    )
+    again = split(source, spec, options, tmp_path / "again")
+    assert again["splits"] == report["splits"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"strategy": "by-month"}, "split.strategy must be one of"),
+        ({"strategy": "time"}, "needs split.date_column to name one of the data's date columns"),
+        ({"strategy": "time", "date_column": "vendor"}, r"data.columns.date: \['date'\]"),
+        ({"strategy": "group"}, "needs split.group_column to name a column of the records"),
+        ({"strategy": "group", "group_column": "customer"}, "not 'customer'"),
+        ({"strategy": "group", "group_column": "account"}, "cannot be the label column"),
+    ],
+)
+def test_configuration_errors(tmp_path, options, message):
+    source, spec = write_ledger(tmp_path, ledger_rows(20))
+    with pytest.raises(ValueError, match=message):
+        split(source, spec, options, tmp_path / "split")
+    assert not (tmp_path / "split").exists()

@@ -1,9 +1,18 @@
-"""Split: stratified train/validation/test, deterministic by seed.
+"""Split: train/validation/test by one of three strategies, deterministic by seed.
 
-Within each class the rows are ordered by a seeded random key; the first `n_test` go to test, the
-next `n_validation` to validation, the rest to train. A class with at least `min_class_size` rows
-gets at least one row in every split with a non-zero fraction; a smaller class goes to train only
-and is listed in the report, since it cannot be stratified.
+`stratified`: within each class the rows are ordered by a seeded random key; the first `n_test`
+go to test, the next `n_validation` to validation, the rest to train. A class with at least
+`min_class_size` rows gets at least one row in every split with a non-zero fraction; a smaller
+class goes to train only and is listed in the report, since it cannot be stratified.
+
+`time`: by `date_column`, validation and test are the latest dates, next month's ledger in
+miniature. Rows of one date stay together; each boundary is the date boundary whose held-out
+share is nearest its fraction. Rows without a date go to train and are counted in the report.
+
+`group`: by `group_column` (a vendor, say), no group in two splits. Groups of two or more rows
+are placed first, larger ones tending to come first in a seeded order, each in the split where
+the per-class and total counts come closest to the fractions. Single rows and rows without a group
+value then fill, class by class, what each split still lacks, as in `stratified`.
 """
 
 from __future__ import annotations
@@ -24,6 +33,10 @@ log = logging.getLogger(__name__)
 SPLITS = ("train", "validation", "test")
 SPLIT = "split"
 SPLIT_DTYPE = pl.Enum(SPLITS)
+STRATEGIES = ("stratified", "time", "group")
+# The split of a code (an index into SPLITS), gathered into a column.
+SPLIT_OF_CODE = pl.Series(SPLIT, SPLITS, dtype=SPLIT_DTYPE)
+TRAIN, VALIDATION, TEST = range(len(SPLITS))
 
 
 def share(size: pl.Expr, fraction: float) -> pl.Expr:
@@ -33,18 +46,29 @@ def share(size: pl.Expr, fraction: float) -> pl.Expr:
     return (size * fraction).round().cast(pl.Int64).clip(lower_bound=1)
 
 
+def fractions(options: dict[str, Any]) -> np.ndarray:
+    """The target share of each split, in SPLITS order."""
+    validation = options.get("validation_fraction", 0.1)
+    test = options.get("test_fraction", 0.1)
+    return np.array([1 - validation - test, validation, test])
+
+
+def check_min_class_size(options: dict[str, Any]) -> None:
+    held_out = sum(1 for f in fractions(options)[1:] if f > 0)
+    if options.get("min_class_size", 3) <= held_out:
+        raise ValueError(
+            f"split.min_class_size must exceed the number of held-out splits ({held_out}) "
+            f"so that every stratified class keeps a training row"
+        )
+
+
 def assign_splits(labels: pl.Series, options: dict[str, Any]) -> pl.Series:
     """The split of each row (a `SPLIT_DTYPE`), in row order, from the labels alone."""
     seed = options.get("seed", 13)
     min_class_size = options.get("min_class_size", 3)
     validation_fraction = options.get("validation_fraction", 0.1)
     test_fraction = options.get("test_fraction", 0.1)
-    held_out = sum(1 for f in (validation_fraction, test_fraction) if f > 0)
-    if min_class_size <= held_out:
-        raise ValueError(
-            f"split.min_class_size must exceed the number of held-out splits ({held_out}) "
-            f"so that every stratified class keeps a training row"
-        )
+    check_min_class_size(options)
     key = np.random.default_rng(seed).random(len(labels))
     # Each window and share is computed once, as a column, not once per use in the conditions.
     frame = pl.DataFrame({"label": labels, "key": key}).select(
@@ -75,6 +99,195 @@ def assign_splits(labels: pl.Series, options: dict[str, Any]) -> pl.Series:
     return assignment.get_column(SPLIT)
 
 
+def assign_time_splits(dates: pl.Series, options: dict[str, Any]) -> pl.Series:
+    """The split of each row by its date: test the latest dates, validation the ones before.
+
+    Each boundary lies between two dates, at the one whose held-out row count is nearest its
+    fraction of all rows; a split with a non-zero fraction gets at least its latest date, and
+    train keeps at least the earliest. Rows without a date go to train.
+    """
+    shares = fractions(options)
+    per_date = dates.drop_nulls().value_counts(name="rows").sort(dates.name)
+    days = per_date.height
+    needed = 1 + int(np.count_nonzero(shares[1:]))
+    if days < needed:
+        raise ValueError(
+            f"split.strategy 'time' needs at least {needed} distinct dates in column "
+            f"'{dates.name}' (one per split with a non-zero fraction); it has {days}"
+        )
+    # before[b]: rows on the first b dates; a boundary b puts dates b and later after it.
+    before = np.concatenate([[0], np.cumsum(per_date.get_column("rows").to_numpy())])
+
+    def boundary(end: int, fraction: float, first: int) -> int:
+        """The boundary in [first, end) whose rows up to `end` come nearest `fraction`."""
+        if fraction == 0:
+            return end
+        candidates = np.arange(first, end)
+        return int(
+            candidates[np.argmin(np.abs(before[end] - before[candidates] - fraction * len(dates)))]
+        )
+
+    test_start = boundary(days, shares[TEST], first=1 + int(shares[VALIDATION] > 0))
+    validation_start = boundary(test_start, shares[VALIDATION], first=1)
+    day = per_date.get_column(dates.name)
+    date = pl.col(dates.name)
+    assignment = pl.lit("train", SPLIT_DTYPE)
+    # Comparisons with a missing date are null, which `when` takes as false: such rows stay in
+    # train. The later boundary goes outermost, so it wins.
+    if validation_start < days:
+        assignment = (
+            pl.when(date >= day[validation_start])
+            .then(pl.lit("validation", SPLIT_DTYPE))
+            .otherwise(assignment)
+        )
+    if test_start < days:
+        assignment = (
+            pl.when(date >= day[test_start]).then(pl.lit("test", SPLIT_DTYPE)).otherwise(assignment)
+        )
+    return dates.to_frame().select(assignment.alias(SPLIT)).get_column(SPLIT)
+
+
+def assign_group_splits(labels: pl.Series, groups: pl.Series, options: dict[str, Any]) -> pl.Series:
+    """The split of each row such that no group value is in two splits.
+
+    Groups of two or more rows are placed one at a time in an order drawn with the seed, larger
+    groups tending to come first (keys u^(1/rows), u uniform: Efraimidis and Spirakis' weighted
+    sampling), so that the seed matters even when no two groups are alike. Each goes to the split
+    with a non-zero fraction where it least raises the sum over splits s and classes c of
+    (n_sc - f_s n_c)^2 / n_c, all rows counted as one more class (n_sc: rows of c in s, n_c: rows
+    of c, f_s: the split's fraction). Single rows, and rows without a group value, which share a
+    group with no other row, then fill class by class what each split still lacks of the
+    stratified strategy's quotas, in a seeded random order.
+
+    Not scikit-learn's StratifiedGroupKFold: it makes equal folds only, loops in Python over every
+    row, and its seed only reorders groups with the same class spread, so on a ledger's vendors
+    every seed gave the same split.
+    """
+    seed = options.get("seed", 13)
+    min_class_size = options.get("min_class_size", 3)
+    check_min_class_size(options)
+    shares = fractions(options)
+    rng = np.random.default_rng(seed)
+    frame = pl.DataFrame({"label": labels, "group": groups}).select(
+        (pl.col("label").rank("dense") - 1).cast(pl.Int64).alias("class"),
+        (pl.col("group").rank("dense") - 1).cast(pl.Int64).alias("group"),
+    )
+    frame = frame.with_columns(
+        pl.when(pl.col("group").is_not_null())
+        .then(pl.len().over("group"))
+        .otherwise(1)
+        .alias("rows")
+    )
+    classes = frame.get_column("class").to_numpy()
+    n_classes = int(classes.max()) + 1 if len(classes) else 0
+    totals = np.bincount(classes, minlength=n_classes).astype(float)
+    group_keys = rng.random(int(frame.get_column("group").max() or 0) + 1)
+    row_keys = rng.random(frame.height)
+
+    # Whole groups: per group, its rows of each class and, as class n_classes, of all classes.
+    cells = frame.filter(pl.col("rows") > 1).group_by("group", "class").len()
+    cells = pl.concat(
+        [
+            cells,
+            cells.group_by("group").agg(pl.lit(n_classes, pl.Int64).alias("class"), pl.sum("len")),
+        ],
+        how="vertical_relaxed",
+    ).sort("group", "class")
+    cell_group = cells.get_column("group").to_numpy()
+    cell_class = cells.get_column("class").to_numpy()
+    cell_rows = cells.get_column("len").to_numpy().astype(float)
+    bounds = np.flatnonzero(np.diff(cell_group, prepend=-1, append=-1))
+    starts, ends = bounds[:-1], bounds[1:]
+    ids = cell_group[starts]
+    sizes = cell_rows[ends - 1]  # the all-classes cell sorts last
+    order = np.argsort(-np.log(group_keys[ids]) / sizes, kind="stable")
+    totals_with_all = np.append(totals, totals.sum())
+    targets = np.outer(shares, totals_with_all)
+    excess = -targets  # rows placed less the target, per split and class
+    weighted = cell_rows / np.maximum(totals_with_all, 1)[cell_class]
+    closed = np.where(shares > 0, 0.0, np.inf)
+    split_of_group = np.full(len(group_keys), -1, dtype=np.int64)
+    starts, ends = starts.tolist(), ends.tolist()
+    for g in order.tolist():
+        cell = slice(starts[g], ends[g])
+        column, rows = cell_class[cell], cell_rows[cell]
+        # The rise of the sum above from adding the group's rows to each split.
+        rise = ((2 * excess[:, column] + rows) * weighted[cell]).sum(axis=1) + closed
+        best = int(rise.argmin())
+        excess[best, column] += rows
+        split_of_group[ids[g]] = best
+    placed = excess + targets
+
+    # Single rows: the stratified quotas per class, less what whole groups already placed.
+    quotas = pl.DataFrame({"size": totals.astype(np.int64)}).select(
+        pl.col("size"),
+        pl.min_horizontal(share(pl.col("size"), shares[TEST]), pl.col("size") - 1).alias("test"),
+    )
+    quotas = quotas.with_columns(
+        pl.min_horizontal(
+            share(pl.col("size"), shares[VALIDATION]), pl.col("size") - 1 - pl.col("test")
+        ).alias("validation")
+    ).with_columns(
+        pl.when(pl.col("size") < min_class_size).then(0).otherwise(pl.col(name)).alias(name)
+        for name in ("test", "validation")
+    )
+    single = frame.get_column("rows").to_numpy() == 1
+    free = np.bincount(classes[single], minlength=n_classes)
+    test = np.clip(quotas.get_column("test").to_numpy() - placed[TEST, :n_classes], 0, free)
+    validation = np.clip(
+        quotas.get_column("validation").to_numpy() - placed[VALIDATION, :n_classes], 0, free - test
+    )
+    rank = (
+        pl.DataFrame({"class": classes[single], "key": row_keys[single]})
+        .select(pl.col("key").rank("ordinal").over("class") - 1)
+        .to_series()
+        .to_numpy()
+    )
+    codes = np.full(frame.height, TRAIN, dtype=np.int64)
+    whole = ~single
+    codes[whole] = split_of_group[frame.get_column("group").fill_null(0).to_numpy()[whole]]
+    limit = test[classes[single]]
+    codes[single] = np.where(
+        rank < limit, TEST, np.where(rank < limit + validation[classes[single]], VALIDATION, TRAIN)
+    )
+    counts = np.bincount(codes, minlength=len(SPLITS))
+    empty = [name for name, n, f in zip(SPLITS, counts, shares, strict=True) if f > 0 and n == 0]
+    if empty:
+        raise ValueError(
+            f"split.group_column '{groups.name}' has too few groups for a split with a non-zero "
+            f"fraction: {empty} would get no rows"
+        )
+    return SPLIT_OF_CODE.gather(codes)
+
+
+def strategy_column(spec: DataSpec, columns: list[str], options: dict[str, Any]) -> str | None:
+    """The column the configured strategy splits by (None for `stratified`), checked."""
+    strategy = options.get("strategy", "stratified")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"split.strategy must be one of {list(STRATEGIES)}, not {strategy!r}")
+    if strategy == "time":
+        column = options.get("date_column")
+        if column not in spec.date:
+            raise ValueError(
+                f"split.strategy 'time' needs split.date_column to name one of the data's date "
+                f"columns (data.columns.date: {list(spec.date)}), not {column!r}"
+            )
+        return column
+    if strategy == "group":
+        column = options.get("group_column")
+        if column is None or column not in columns:
+            raise ValueError(
+                f"split.strategy 'group' needs split.group_column to name a column of the "
+                f"records ({columns}), not {column!r}"
+            )
+        if column == spec.label:
+            raise ValueError(
+                "split.group_column cannot be the label column: no class could be in two splits"
+            )
+        return column
+    return None
+
+
 def rows_sha256(path: Path) -> str:
     """sha256 of a Parquet file's content: column names and types, then each row's hash in order.
 
@@ -92,18 +305,53 @@ def rows_sha256(path: Path) -> str:
 def split(source: Path, spec: DataSpec, options: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """Write `<split>.parquet` for each split and `split_report.json`; return the report."""
     records = pl.scan_parquet(source)
-    labels = records.select(spec.label).collect(engine="streaming").get_column(spec.label)
-    assignment = pl.DataFrame([labels, assign_splits(labels, options)])
-    # Only the labels and the assignment are held; every other column streams to its file.
+    strategy = options.get("strategy", "stratified")
+    column = strategy_column(spec, records.collect_schema().names(), options)
+    held = records.select(spec.label, *([column] if column else [])).collect(engine="streaming")
+    labels = held.get_column(spec.label)
+    if strategy == "time":
+        splits = assign_time_splits(held.get_column(column), options)
+    elif strategy == "group":
+        splits = assign_group_splits(labels, held.get_column(column), options)
+    else:
+        splits = assign_splits(labels, options)
+    assignment = held.with_columns(splits)
+    # Only the labels, the date or group column and the assignment are held; every other column
+    # streams to its file.
     records = pl.concat([records, assignment.select(SPLIT).lazy()], how="horizontal")
-    splits = assignment.get_column(SPLIT)
-    report: dict[str, Any] = {"seed": options.get("seed", 13), "rows": labels.len(), "splits": {}}
+    report: dict[str, Any] = {
+        "strategy": strategy,
+        "seed": options.get("seed", 13),
+        "rows": labels.len(),
+        "splits": {},
+    }
     paths = {name: out_dir / f"{name}.parquet" for name in SPLITS}
     write_parquets(
         {paths[name]: records.filter(pl.col(SPLIT) == name).drop(SPLIT) for name in SPLITS}
     )
     for name, path in paths.items():
         report["splits"][name] = {"rows": int((splits == name).sum()), "sha256": rows_sha256(path)}
+    if strategy == "time":
+        report["date_column"] = column
+        report["undated_rows"] = held.get_column(column).null_count()
+        ranges = assignment.group_by(SPLIT).agg(
+            pl.col(column).min().alias("min_date"), pl.col(column).max().alias("max_date")
+        )
+        for name in SPLITS:
+            found = ranges.filter(pl.col(SPLIT) == name)
+            for key in ("min_date", "max_date"):
+                value = found.get_column(key)[0] if found.height else None
+                report["splits"][name][key] = value.isoformat() if value is not None else None
+    elif strategy == "group":
+        report["group_column"] = column
+        groups = assignment.group_by(SPLIT).agg(
+            pl.col(column).drop_nulls().n_unique().alias("groups"),
+            pl.col(column).null_count().alias("ungrouped_rows"),
+        )
+        for name in SPLITS:
+            found = groups.filter(pl.col(SPLIT) == name)
+            for key in ("groups", "ungrouped_rows"):
+                report["splits"][name][key] = int(found.get_column(key)[0]) if found.height else 0
 
     per_class = (
         assignment.group_by(spec.label, SPLIT)
@@ -119,16 +367,27 @@ def split(source: Path, spec: DataSpec, options: dict[str, Any], out_dir: Path) 
         row[spec.label]: {name: int(row[name]) for name in SPLITS}
         for row in per_class.iter_rows(named=True)
     }
+    # By date no class goes to train for its size: the date decides.
     min_class_size = options.get("min_class_size", 3)
     report["train_only_classes"] = sorted(
-        label for label, n in labels.value_counts().iter_rows() if n < min_class_size
+        label
+        for label, n in labels.value_counts().iter_rows()
+        if n < min_class_size and strategy != "time"
     )
+    report["classes_not_in_train"] = {
+        name: sorted(
+            label for label, n in report["per_class"].items() if n[name] and not n["train"]
+        )
+        for name in SPLITS[1:]
+    }
     assert sum(s["rows"] for s in report["splits"].values()) == labels.len()
     write_json(out_dir / "split_report.json", report)
     log.info(
-        "split: %s; %d classes too small to stratify went to train",
+        "split (%s): %s; %d classes too small to stratify went to train; classes not in train: %s",
+        strategy,
         {name: report["splits"][name]["rows"] for name in SPLITS},
         len(report["train_only_classes"]),
+        {name: len(found) for name, found in report["classes_not_in_train"].items()},
     )
     return report
 
