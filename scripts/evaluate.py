@@ -26,6 +26,7 @@ from account_tax.evaluation import (
     compare,
     curves,
     ensemble_scores,
+    slice_metrics,
     summary_html,
 )
 from account_tax.evaluation_plots import (
@@ -50,6 +51,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, required=True, help="trained model folder")
     parser.add_argument("--validation", type=Path, required=True, help="serialized validation")
     parser.add_argument("--test", type=Path, required=True, help="serialized test split")
+    parser.add_argument("--train-records", type=Path, required=True, help="split train records")
     parser.add_argument("--test-records", type=Path, required=True, help="split test records")
     parser.add_argument("--history", type=Path, required=True, help="training history")
     parser.add_argument("--baseline-model", type=Path, required=True, help="baseline pipeline")
@@ -98,6 +100,18 @@ def main() -> None:
         column = pl.read_parquet(args.test_records, columns=[options["amount_column"]])
         amounts = column.to_series().to_numpy()
     reports = {name: assess(view, labels, review, amounts) for name, view in scores.items()}
+    split_options = args.settings["split"]
+    if split_options["strategy"] == "group":
+        # The test rows whose group (say, vendor) never occurs in train: next month's new vendors.
+        group = split_options["group_column"]
+        seen = pl.read_parquet(args.train_records, columns=[group]).to_series().drop_nulls()
+        in_test = pl.read_parquet(args.test_records, columns=[group]).to_series()
+        unseen = (~in_test.is_in(seen.unique().implode()).fill_null(False)).to_numpy()
+        for name, report in reports.items():
+            report["test"]["unseen_groups"] = {
+                "column": group,
+                **slice_metrics(scores[name]["test"], unseen, labels),
+            }
     test_scores = {name: view["test"] for name, view in scores.items()}
     comparison = compare(
         reports,
@@ -153,6 +167,12 @@ def main() -> None:
                 f"{prefix}{split}_{metric}": report[split][metric]
                 for metric in HEADLINE
                 if report[split][metric] is not None
+            }
+            unseen_groups = report[split].get("unseen_groups", {})
+            metrics |= {
+                f"{prefix}{split}_unseen_groups_{metric}": unseen_groups[metric]
+                for metric in HEADLINE
+                if unseen_groups.get(metric) is not None
             }
             for stage, values in report[split]["calibration"].items():
                 metrics |= {

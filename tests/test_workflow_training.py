@@ -3,6 +3,8 @@ two segments, evaluated against the baseline, used to predict new records, with 
 and the model uploaded to a real S3 server (SeaweedFS) and old checkpoints retained by receipt."""
 
 import json
+import subprocess
+import sys
 
 import polars as pl
 import pytest
@@ -327,3 +329,69 @@ def test_a_second_workflow_run_gets_its_own_mlflow_run_and_s3_keys(trained):
     mlflow = MlflowClient(tracking_uri=second_run["tracking_uri"])
     run_ids = {run.info.run_id for run in mlflow.search_runs(second_run["experiment_id"])}
     assert {first_run["run_id"], second_run["run_id"]} <= run_ids
+
+
+def test_evaluate_scores_test_rows_of_groups_never_seen_in_train(trained, tmp_path):
+    """With `split.strategy: group`, the test rows whose group is not in train are a slice of
+    their own: here the group is the memo, and two test memos are added to train."""
+    workdir, *_ = trained
+    train = pl.read_parquet(workdir / "results/split/train.parquet")
+    test = pl.read_parquet(workdir / "results/split/test.parquet")
+    seen_train = tmp_path / "train.parquet"
+    pl.concat([train, test.head(2)]).write_parquet(seen_train)
+    settings = {
+        "review": {"target_precision": 0.5, "min_rows": 2},
+        "evaluate": {"bootstrap_resamples": 100, "seed": 13, "amount_column": None},
+        "split": {"strategy": "group", "group_column": "memo"},
+    }
+    out = tmp_path / "evaluate"
+    outputs = {
+        name: out / file
+        for name, file in {
+            "metrics": "metrics.json",
+            "predictions": "test_predictions.parquet",
+            "summary": "summary.html",
+            "curves": "curves.png",
+            "confusion": "confusion.png",
+            "f1-support": "f1.png",
+            "comparison": "comparison.png",
+            "reliability": "reliability.png",
+            "precision-coverage": "precision_coverage.png",
+        }.items()
+    }
+    out.mkdir()
+    command = [
+        sys.executable,
+        str(REPO / "scripts" / "evaluate.py"),
+        "--settings",
+        json.dumps(settings),
+        "--model",
+        str(workdir / "results/train/model"),
+        "--validation",
+        str(workdir / "results/serialize/validation.parquet"),
+        "--test",
+        str(workdir / "results/serialize/test.parquet"),
+        "--train-records",
+        str(seen_train),
+        "--test-records",
+        str(workdir / "results/split/test.parquet"),
+        "--history",
+        str(workdir / "results/train/history.jsonl"),
+        "--baseline-model",
+        str(workdir / "results/baseline/model.joblib"),
+        "--baseline-metrics",
+        str(workdir / "results/baseline/metrics.json"),
+    ]
+    for name, path in outputs.items():
+        command += [f"--{name}", str(path)]
+    subprocess.run(command, check=True, capture_output=True, text=True)
+    report = json.loads(outputs["metrics"].read_text())
+    shipped = report["comparison"]["shipped"]["candidate"]
+    predictions = pl.read_parquet(outputs["predictions"]).slice(2)
+    accuracy = (predictions["label_id"] == predictions["predicted_label_id"]).mean()
+    for candidate in (report, report["baseline"], report["ensemble"]):
+        unseen = candidate["test"]["unseen_groups"]
+        assert unseen["column"] == "memo" and unseen["rows"] == test.height - 2
+    chosen = report if shipped == "fine-tuned" else report[shipped]
+    assert chosen["test"]["unseen_groups"]["accuracy"] == pytest.approx(accuracy)
+    assert f"{test.height - 2} rows of a memo not in train" in outputs["summary"].read_text()

@@ -148,6 +148,12 @@ def assess(
     return report
 
 
+def slice_metrics(view: Scores, rows: np.ndarray, labels: list[str]) -> dict[str, Any]:
+    """The headline metrics of one model on the `rows` (a boolean mask) of a split."""
+    metrics = classification_metrics(view.y_true[rows], view.calibrated[rows], labels)
+    return {"rows": int(rows.sum()), **{metric: metrics[metric] for metric in HEADLINE}}
+
+
 def scored_rows(view: Scores, threshold: float | None) -> ScoredRows:
     ranked, _ = top_k(view.calibrated, TOP_K)
     confidence, _ = view.confidence_and_correct()
@@ -281,6 +287,15 @@ def summary_html(
                 for name in names
             )
             rows.append(f"<tr><td>test</td><td>{measure} ({stage} calibration)</td>{cells}</tr>")
+    unseen = reports[names[0]]["test"].get("unseen_groups")
+    if unseen is not None:
+        for metric in HEADLINE:
+            cells = "".join(
+                f"<td>{_number(reports[name]['test']['unseen_groups'][metric])}</td>"
+                for name in names
+            )
+            what = f"{metric}, {unseen['rows']} rows of a {unseen['column']} not in train"
+            rows.append(f"<tr><td>test</td><td>{html.escape(what)}</td>{cells}</tr>")
     target = reports[names[0]]["review"]["target_precision"]
     cells = "".join(f"<td>{_number(reports[name]['review']['threshold'])}</td>" for name in names)
     rows.append(f"<tr><td>validation</td><td>auto-post threshold</td>{cells}</tr>")

@@ -36,6 +36,7 @@ rule evaluate:
         history="results/train/history.jsonl",
         validation="results/serialize/validation.parquet",
         test="results/serialize/test.parquet",
+        train_records="results/split/train.parquet",
         test_records="results/split/test.parquet",
         baseline_model="results/baseline/model.joblib",
         baseline="results/baseline/metrics.json",
@@ -90,11 +91,12 @@ rule evaluate:
         script=script("evaluate"),
         code=code_sha256("evaluate"),
         tracking=RUN_FILE,
-        settings=settings("review", "evaluate"),
+        settings=settings("review", "evaluate", "split"),
     shell:
         "OMP_NUM_THREADS={threads} python {params.script} --settings {params.settings:q}"
         " --model {input.model} --history {input.history} --validation {input.validation}"
-        " --test {input.test} --test-records {input.test_records}"
+        " --test {input.test} --train-records {input.train_records}"
+        " --test-records {input.test_records}"
         " --baseline-model {input.baseline_model} --baseline-metrics {input.baseline}"
         " --metrics {output.metrics} --predictions {output.predictions}"
         " --summary {output.summary} --curves {output.curves} --confusion {output.confusion}"
