@@ -38,9 +38,10 @@ from account_tax.evaluation_plots import (
     plot_training_curves,
     read_history,
 )
+from account_tax.hierarchy import hierarchy_metrics, read_parents
 from account_tax.inference import load_classifier, model_temperature, predict_logits
 from account_tax.io import write_json, write_parquet
-from account_tax.model import TRAINING_INFO
+from account_tax.model import LABEL_MAP, TRAINING_INFO
 from account_tax.predictions import PREDICTED_LABEL_ID, predictions_frame, read_split
 from account_tax.serialize import LABEL_ID, TEXT
 from account_tax.tracking import log_stage, read_run
@@ -111,6 +112,14 @@ def main() -> None:
             report["test"]["unseen_groups"] = {
                 "column": group,
                 **slice_metrics(scores[name]["test"], unseen, labels),
+            }
+    parents = read_parents(args.model / LABEL_MAP)
+    if parents is not None:
+        # The chart of accounts' levels and "right group, wrong account" (account_tax.hierarchy).
+        for name, view in scores.items():
+            reports[name]["hierarchy"] = {
+                split: hierarchy_metrics(s.y_true, s.calibrated, labels, parents)
+                for split, s in view.items()
             }
     test_scores = {name: view["test"] for name, view in scores.items()}
     comparison = compare(
