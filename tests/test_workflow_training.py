@@ -333,7 +333,8 @@ def test_a_second_workflow_run_gets_its_own_mlflow_run_and_s3_keys(trained):
 
 def test_evaluate_scores_test_rows_of_groups_never_seen_in_train(trained, tmp_path):
     """With `split.strategy: group`, the test rows whose group is not in train are a slice of
-    their own: here the group is the memo, and two test memos are added to train."""
+    their own: here the group is the entry id (one row each), and two test rows are added to
+    train."""
     workdir, *_ = trained
     train = pl.read_parquet(workdir / "results/split/train.parquet")
     test = pl.read_parquet(workdir / "results/split/test.parquet")
@@ -342,7 +343,7 @@ def test_evaluate_scores_test_rows_of_groups_never_seen_in_train(trained, tmp_pa
     settings = {
         "review": {"target_precision": 0.5, "min_rows": 2},
         "evaluate": {"bootstrap_resamples": 100, "seed": 13, "amount_column": None},
-        "split": {"strategy": "group", "group_column": "memo"},
+        "split": {"strategy": "group", "group_column": "entry_id"},
     }
     out = tmp_path / "evaluate"
     outputs = {
@@ -391,7 +392,7 @@ def test_evaluate_scores_test_rows_of_groups_never_seen_in_train(trained, tmp_pa
     accuracy = (predictions["label_id"] == predictions["predicted_label_id"]).mean()
     for candidate in (report, report["baseline"], report["ensemble"]):
         unseen = candidate["test"]["unseen_groups"]
-        assert unseen["column"] == "memo" and unseen["rows"] == test.height - 2
+        assert unseen["column"] == "entry_id" and unseen["rows"] == test.height - 2
     chosen = report if shipped == "fine-tuned" else report[shipped]
     assert chosen["test"]["unseen_groups"]["accuracy"] == pytest.approx(accuracy)
-    assert f"{test.height - 2} rows of a memo not in train" in outputs["summary"].read_text()
+    assert f"{test.height - 2} rows whose entry_id is not in train" in outputs["summary"].read_text()

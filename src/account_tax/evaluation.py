@@ -294,7 +294,7 @@ def summary_html(
                 f"<td>{_number(reports[name]['test']['unseen_groups'][metric])}</td>"
                 for name in names
             )
-            what = f"{metric}, {unseen['rows']} rows of a {unseen['column']} not in train"
+            what = f"{metric}, {unseen['rows']} rows whose {unseen['column']} is not in train"
             rows.append(f"<tr><td>test</td><td>{html.escape(what)}</td>{cells}</tr>")
     target = reports[names[0]]["review"]["target_precision"]
     cells = "".join(f"<td>{_number(reports[name]['review']['threshold'])}</td>" for name in names)
