@@ -395,4 +395,6 @@ def test_evaluate_scores_test_rows_of_groups_never_seen_in_train(trained, tmp_pa
         assert unseen["column"] == "entry_id" and unseen["rows"] == test.height - 2
     chosen = report if shipped == "fine-tuned" else report[shipped]
     assert chosen["test"]["unseen_groups"]["accuracy"] == pytest.approx(accuracy)
-    assert f"{test.height - 2} rows whose entry_id is not in train" in outputs["summary"].read_text()
+    assert (
+        f"{test.height - 2} rows whose entry_id is not in train" in outputs["summary"].read_text()
+    )
