@@ -1,5 +1,6 @@
 """Features: derived fields (date parts, log amounts and amount magnitudes, digit masking) and
-the label map with a stable id for every class, including classes without samples."""
+the label map with a stable id for every class, including classes without samples, and each
+class's name, description and parent from the chart of accounts."""
 
 from pathlib import Path
 
@@ -22,7 +23,12 @@ def main() -> None:
     mapping = build_features(args.input, spec, options, args.output, args.label_map)
     plot_class_distribution(mapping["counts"], args.plot, "Classes after cleaning")
     counts = mapping["counts"].values()
-    metrics = {"classes": len(counts), "classes_without_samples": sum(1 for n in counts if n == 0)}
+    metrics = {
+        "classes": len(counts),
+        "classes_without_samples": sum(1 for n in counts if n == 0),
+        "classes_named": sum(1 for name in mapping["names"] if name is not None),
+        "classes_with_parent": sum(1 for parent in mapping["parents"] if parent is not None),
+    }
     log_stage(args.tracking, "features", metrics, [args.label_map, args.plot])
 
 

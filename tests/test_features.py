@@ -1,14 +1,20 @@
 import json
 import math
 from datetime import date
+from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 from sample_ledger import ledger_config
 
+from account_tax.clean import clean
 from account_tax.errors import DataError
 from account_tax.features import build_features, signed_log10, signed_magnitude
+from account_tax.ingest import ingest
 from account_tax.settings import DataSpec
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def clean_frame() -> pl.DataFrame:
@@ -115,5 +121,83 @@ def test_classes_from_a_file(tmp_path):
 
 
 def test_duplicate_classes_are_refused(tmp_path):
-    with pytest.raises(ValueError, match=r"more than once: \['4930'\]"):
+    with pytest.raises(DataError, match=r"^data\.classes: item 2: code '4930' repeats item 1$"):
         DataSpec.from_config(ledger_config(tmp_path / "x.csv", classes=["4930", "4930"]))
+
+
+def test_label_map_without_a_chart_knows_no_names_descriptions_or_parents(built):
+    _, mapping, _ = built
+    assert mapping["names"] == mapping["descriptions"] == mapping["parents"] == [None] * 4
+
+
+def test_label_map_takes_names_descriptions_and_parents_from_a_chart(tmp_path):
+    source = tmp_path / "clean.parquet"
+    clean_frame().write_parquet(source)
+    chart = tmp_path / "chart.csv"
+    pl.DataFrame(
+        {
+            "account": ["4000", "4930", "4210", "4970", "1800"],
+            "title": ["Expenses", "Office supplies", "Rent", None, "Bank"],
+            "group": [None, "4000", "4000", "4000", None],
+        }
+    ).write_csv(chart)
+    config = ledger_config(
+        tmp_path / "ledger.csv",
+        classes=str(chart),
+        chart_columns={"code": "account", "name": "title", "parent": "group"},
+    )
+    mapping = build_features(
+        source, DataSpec.from_config(config), {}, tmp_path / "f.parquet", tmp_path / "m.json"
+    )
+    assert mapping["labels"] == ["4000", "4930", "4210", "4970", "1800"]
+    assert mapping["counts"] == {"4000": 0, "4930": 2, "4210": 1, "4970": 1, "1800": 0}
+    assert mapping["names"] == ["Expenses", "Office supplies", "Rent", None, "Bank"]
+    assert mapping["descriptions"] == [None] * 5
+    assert mapping["parents"] == [None, "4000", "4000", "4000", None]
+
+
+def test_class_names_from_labels_fill_what_the_chart_leaves_unnamed(tmp_path):
+    frame = clean_frame().with_columns(
+        pl.Series("account", ["AccountsPayableCurrent", "AOCIReclassifications", "Rent", "Rent"])
+    )
+    source = tmp_path / "clean.parquet"
+    frame.write_parquet(source)
+    chart = tmp_path / "chart.parquet"
+    pl.DataFrame(
+        {
+            "code": ["AccountsPayableCurrent", "AOCIReclassifications", "Rent", "Taxes_Payable"],
+            "name": [None, "Reclassifications out of AOCI", None, None],
+        }
+    ).write_parquet(chart)
+    config = ledger_config(
+        tmp_path / "ledger.csv",
+        classes=str(chart),
+        chart_columns={"name": "name"},
+        class_names_from_labels=True,
+    )
+    mapping = build_features(
+        source, DataSpec.from_config(config), {}, tmp_path / "f.parquet", tmp_path / "m.json"
+    )
+    assert mapping["names"] == [
+        "Accounts Payable Current",
+        "Reclassifications out of AOCI",
+        "Rent",
+        "Taxes Payable",
+    ]
+
+
+def test_the_bundled_default_names_its_classes_from_the_standard_tags(tmp_path):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    spec = DataSpec.from_config(config)
+    records, cleaned = tmp_path / "records.parquet", tmp_path / "clean.parquet"
+    ingest(spec, records)
+    clean(records, spec, cleaned, tmp_path / "rejects.parquet")
+    mapping = build_features(
+        cleaned, spec, config["features"], tmp_path / "f.parquet", tmp_path / "m.json"
+    )
+    names = dict(zip(mapping["labels"], mapping["names"], strict=True))
+    assert names["AccumulatedOtherComprehensiveIncome"] == "Accumulated Other Comprehensive Income"
+    assert names["AOCIReclassifications"] == "AOCI Reclassifications"
+    assert names["TradePayables"] == "Trade Payables"
+    assert None not in names.values()
+    assert mapping["parents"] == mapping["descriptions"] == [None] * len(names)

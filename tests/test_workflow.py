@@ -190,6 +190,49 @@ def test_bad_input_fails_the_job_with_the_file_and_column(tmp_path):
     assert "Traceback" not in log
 
 
+def test_a_chart_of_accounts_names_the_classes_and_a_bad_one_stops_the_run(tmp_path):
+    small_ledger(tmp_path / "ledger.csv")
+    chart = pl.DataFrame(
+        {
+            "konto": ["4000", "4930", "4210", "4400", "1000", "1800"],
+            "name": ["Expenses", "Office supplies", "Rent", "Sales revenue", "Assets", "Bank"],
+            "gruppe": [None, "4000", "4000", None, None, "1000"],
+        }
+    )
+    chart.write_csv(tmp_path / "chart.csv")
+    config = ledger_config(
+        tmp_path / "ledger.csv",
+        classes="chart.csv",
+        chart_columns={"code": "konto", "name": "name", "parent": "gruppe"},
+    )
+    snakemake(tmp_path, "results/features/label_map.json", config=config)
+    label_map = json.loads((tmp_path / "results/features/label_map.json").read_text())
+    assert label_map["labels"] == ["4000", "4930", "4210", "4400", "1000", "1800"]
+    assert label_map["counts"] == {
+        "4000": 0,
+        "4930": 30,
+        "4210": 18,
+        "4400": 10,
+        "1000": 0,
+        "1800": 2,
+    }
+    assert label_map["names"] == chart.get_column("name").to_list()
+    assert label_map["parents"] == [None, "4000", "4000", None, None, "1000"]
+    assert label_map["descriptions"] == [None] * 6
+
+    # The chart is an input of clean: an edit re-runs it, and a cycle stops it with the row.
+    chart.with_columns(gruppe=pl.Series([None, "4210", "4930", None, None, "1000"])).write_csv(
+        tmp_path / "chart.csv"
+    )
+    result = snakemake(tmp_path, "results/features/label_map.json", config=config, check=False)
+    assert result.returncode != 0
+    log = (tmp_path / "logs/clean/clean.log").read_text()
+    assert (
+        "chart.csv: row 2, column 'gruppe': the parent links form a cycle: 4930 -> 4210 -> 4930"
+    ) in log
+    assert "Traceback" not in log
+
+
 @pytest.mark.parametrize("stage", ["ingest", "clean", "features", "split", "serialize"])
 def test_each_script_runs_on_its_own(stage):
     result = subprocess.run(

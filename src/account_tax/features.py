@@ -1,7 +1,9 @@
 """Features: derived fields for the text the model reads, and the label map.
 
 The label map gives every class a stable id: the order of `data.classes` when the config lists
-them (so classes without samples get ids too), else the sorted labels seen in the data.
+them (so classes without samples get ids too), else the sorted labels seen in the data. Beside
+`labels` and `counts` it lists, in label-id order, each class's name, description and parent code
+(null where unknown) from the chart of accounts.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from account_tax.errors import DataError
+from account_tax.ingest import camel_to_words
 from account_tax.io import write_json, write_parquet
 from account_tax.settings import DataSpec
 
@@ -74,16 +77,29 @@ def derived_columns(spec: DataSpec, options: dict[str, Any]) -> list[pl.Expr]:
 
 
 def label_map(counts: dict[str, int], spec: DataSpec) -> dict[str, Any]:
-    """Ids for every class; counts include classes with no samples (0)."""
+    """Ids for every class; counts include classes with no samples (0). Per class, in label-id
+    order, its name, description and parent from the chart, null where unknown; a class the
+    chart leaves unnamed is named from its label with `data.class_names_from_labels`."""
     labels = list(spec.classes) if spec.classes is not None else sorted(counts)
     unknown = sorted(set(counts) - set(labels))
     if unknown:
         # clean rejects unknown classes, so this is a wiring error, not bad data.
         raise DataError(f"labels not in data.classes reached features: {unknown[:10]}")
+    unknowns = [None] * len(labels)
+    chart = spec.chart
+    names = list(chart.names) if chart else unknowns
+    if spec.class_names_from_labels:
+        # Split as ingest splits the concept names the default data's labels were taken from.
+        words = pl.Series(labels, dtype=pl.String).str.replace_all("_", " ")
+        derived = pl.select(camel_to_words(pl.lit(words))).to_series().to_list()
+        names = [name or word for name, word in zip(names, derived, strict=True)]
     return {
         "label_column": spec.label,
         "labels": labels,
         "counts": {label: counts.get(label, 0) for label in labels},
+        "names": names,
+        "descriptions": list(chart.descriptions) if chart else unknowns,
+        "parents": list(chart.parents) if chart else unknowns,
     }
 
 
