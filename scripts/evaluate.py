@@ -190,6 +190,14 @@ def main() -> None:
                     if value is not None
                 }
         metrics[f"{prefix}temperature"] = report["temperature"]
+        hierarchy = report.get("hierarchy", {}).get("test")
+        if hierarchy is not None:
+            for level in hierarchy["levels"]:
+                for metric in ("accuracy", "macro_f1"):
+                    if level[metric] is not None:
+                        metrics[f"{prefix}test_level_{level['level']}_{metric}"] = level[metric]
+            if hierarchy["right_parent_share"] is not None:
+                metrics[f"{prefix}test_right_parent_share"] = hierarchy["right_parent_share"]
         for key in ("coverage", "precision", "amount_coverage", "amount_weighted_accuracy"):
             value = report["review"]["test"].get(key)
             if value is not None:
