@@ -125,7 +125,9 @@ def calibrate_model(model_dir: Path, validation: Path, batch_size: int = 64) -> 
     Done on the saved model, loaded as evaluate and predict load it, so what is fitted is what
     they will apply.
     """
-    model, tokenizer, labels = load_classifier(model_dir)
+    # On a GPU node the trainer's first device, so a large model's pass stays fast.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer, labels = load_classifier(model_dir, device)
     info = json.loads((model_dir / TRAINING_INFO).read_text(encoding="utf-8"))
     split = read_split(validation, len(labels))
     started = time.perf_counter()
