@@ -124,7 +124,7 @@ def main() -> None:
     test_scores = {name: view["test"] for name, view in scores.items()}
     comparison = compare(
         reports,
-        test_scores,
+        scores,
         len(labels),
         resamples=options["bootstrap_resamples"],
         seed=options["seed"],

@@ -12,7 +12,6 @@ from account_tax.evaluation import (
     ReviewSettings,
     Scores,
     assess,
-    choose_candidate,
     compare,
     ensemble_scores,
     fit_mix_weight,
@@ -58,34 +57,52 @@ def test_mix_weight_leans_on_the_better_model_and_never_hurts_validation_nll():
         assert nll <= negative_log_likelihood(view.calibrated, view.y_true) + 1e-9
 
 
-def test_the_candidate_that_ships_is_the_best_on_validation():
-    model, baseline = two_models(0.6, 0.9, seed=2)
+def candidates(model_accuracy: float, baseline_accuracy: float, seed: int, rows: int = 600):
+    model, baseline = two_models(model_accuracy, baseline_accuracy, seed=seed, rows=rows)
     mixed, _ = ensemble_scores(model, baseline)
-    reports = {
-        MODEL: assess(model, LABELS, REVIEW),
-        BASELINE: assess(baseline, LABELS, REVIEW),
-        ENSEMBLE: assess(mixed, LABELS, REVIEW),
-    }
-    chosen = choose_candidate(reports)
-    best = max(reports, key=lambda name: reports[name]["validation"]["macro_f1"])
-    assert chosen["candidate"] == best != MODEL
-    assert "best validation macro_f1" in chosen["why"]
-    comparison = compare(
-        reports,
-        {MODEL: model["test"], BASELINE: baseline["test"], ENSEMBLE: mixed["test"]},
-        len(LABELS),
-        resamples=300,
-        seed=1,
-    )
-    # The weak fine-tuned model loses to the baseline, and the text says what ships instead.
+    scores = {MODEL: model, BASELINE: baseline, ENSEMBLE: mixed}
+    reports = {name: assess(view, LABELS, REVIEW) for name, view in scores.items()}
+    return scores, reports
+
+
+def test_a_weaker_model_never_ships_and_the_text_says_what_does():
+    scores, reports = candidates(0.6, 0.9, seed=2)
+    comparison = compare(reports, scores, len(LABELS), resamples=300, seed=1)
     assert comparison["verdict"] == "worse"
-    assert comparison["shipped"]["candidate"] == best
-    assert f"Predictions use the {best} candidate" in verdict_text(comparison)
+    shipped = comparison["shipped"]
+    assert shipped["candidate"] != MODEL
+    if shipped["candidate"] == ENSEMBLE:
+        # The mix ships only when validation shows it ahead of the baseline.
+        assert shipped["validation_difference_from_baseline"][ENSEMBLE]["low"] > 0
+    assert f"Predictions use the {shipped['candidate']} candidate" in verdict_text(comparison)
 
 
-def test_an_empty_validation_split_ships_the_fine_tuned_model():
-    reports = {name: {"validation": {"macro_f1": None}} for name in (MODEL, BASELINE, ENSEMBLE)}
-    assert choose_candidate(reports)["candidate"] == MODEL
+def test_a_clearly_better_candidate_ships_and_a_lead_within_the_noise_does_not():
+    scores, reports = candidates(0.95, 0.6, seed=4)
+    shipped = compare(reports, scores, len(LABELS), resamples=300, seed=1)["shipped"]
+    best = max((MODEL, ENSEMBLE), key=lambda name: reports[name]["validation"]["macro_f1"])
+    assert shipped["candidate"] == best
+    assert "ahead of the baseline by" in shipped["why"]
+    # Two models of the same quality: whichever leads on validation, the lead is noise.
+    scores, reports = candidates(0.8, 0.8, seed=5, rows=200)
+    shipped = compare(reports, scores, len(LABELS), resamples=300, seed=1)["shipped"]
+    assert shipped["candidate"] == BASELINE
+    assert "no candidate is significantly better" in shipped["why"]
+
+
+def test_an_empty_validation_split_ships_the_baseline():
+    scores, reports = candidates(0.9, 0.6, seed=6)
+    empty = {
+        name: {
+            "validation": Scores(np.empty((0, len(LABELS))), 1.0, np.empty(0, dtype=int)),
+            "test": view["test"],
+        }
+        for name, view in scores.items()
+    }
+    for report in reports.values():
+        report["validation"]["macro_f1"] = None
+    shipped = compare(reports, empty, len(LABELS), resamples=100, seed=1)["shipped"]
+    assert shipped["candidate"] == BASELINE
 
 
 def test_assess_reports_calibration_before_and_after_the_temperature():

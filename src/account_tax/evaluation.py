@@ -101,17 +101,58 @@ def ensemble_scores(
     }, weight
 
 
-def choose_candidate(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The candidate `predict` uses: the best on validation by the deciding metric (ties to the
-    earlier in CANDIDATES; the fine-tuned model when validation is empty)."""
+def choose_candidate(
+    reports: dict[str, dict[str, Any]],
+    validation_scores: dict[str, Scores],
+    num_labels: int,
+    *,
+    resamples: int,
+    seed: int,
+) -> dict[str, Any]:
+    """The candidate `predict` uses. The baseline, unless another candidate is better than it on
+    validation by the deciding metric with 95 % confidence (a paired bootstrap of the validation
+    rows); of those, the best on validation (a tie to the earlier in CANDIDATES).
+
+    A lead within the noise of the validation split is no reason to ship: on a time split of the
+    synthetic ledger the mix led the baseline by 0.0003 on validation and was 0.04 behind on
+    test. With an empty validation split nothing can be shown, and the baseline ships.
+    """
     scores = {name: reports[name]["validation"][DECIDING_METRIC] for name in CANDIDATES}
-    if None in scores.values():
-        chosen, why = MODEL, "the validation split is empty: the fine-tuned model is used"
-    else:
-        chosen = max(CANDIDATES, key=lambda name: scores[name])
-        ranking = ", ".join(f"{name} {scores[name]:.3f}" for name in CANDIDATES)
-        why = f"best validation {DECIDING_METRIC} ({ranking})"
-    return {"candidate": chosen, "why": why, f"validation_{DECIDING_METRIC}": scores}
+    choice: dict[str, Any] = {f"validation_{DECIDING_METRIC}": scores}
+    y_true = validation_scores[BASELINE].y_true
+    if not len(y_true):
+        return choice | {
+            "candidate": BASELINE,
+            "why": "the validation split is empty: no candidate can be shown to beat the baseline",
+        }
+    bootstrap = paired_bootstrap(
+        y_true,
+        {name: scored_rows(view, None) for name, view in validation_scores.items()},
+        num_labels,
+        resamples=resamples,
+        seed=seed,
+    )
+    leads = {
+        name: bootstrap["difference"][name][BASELINE][DECIDING_METRIC]
+        for name in CANDIDATES
+        if name != BASELINE
+    }
+    choice["validation_difference_from_baseline"] = leads
+    better = [name for name in CANDIDATES if name in leads and judge(leads[name]) == BETTER]
+    ranking = ", ".join(f"{name} {scores[name]:.3f}" for name in CANDIDATES)
+    if not better:
+        return choice | {
+            "candidate": BASELINE,
+            "why": f"no candidate is significantly better than the baseline on validation "
+            f"{DECIDING_METRIC} ({ranking})",
+        }
+    chosen = max(better, key=lambda name: scores[name])
+    lead = leads[chosen]
+    return choice | {
+        "candidate": chosen,
+        "why": f"best validation {DECIDING_METRIC} ({ranking}), ahead of the baseline by "
+        f"{lead['value']:+.3f} [{lead['low']:+.3f}, {lead['high']:+.3f}]",
+    }
 
 
 def assess(
@@ -167,7 +208,7 @@ def scored_rows(view: Scores, threshold: float | None) -> ScoredRows:
 
 def compare(
     reports: dict[str, dict[str, Any]],
-    test_scores: dict[str, Scores],
+    scores: dict[str, dict[str, Scores]],
     num_labels: int,
     *,
     resamples: int,
@@ -176,7 +217,14 @@ def compare(
     """Headline scores side by side, the bootstrap intervals, the verdict on test (the
     fine-tuned model against the baseline), and the candidate that ships with its own verdict
     against the baseline."""
-    shipped = choose_candidate(reports)
+    shipped = choose_candidate(
+        reports,
+        {name: view["validation"] for name, view in scores.items()},
+        num_labels,
+        resamples=resamples,
+        seed=seed,
+    )
+    test_scores = {name: view["test"] for name, view in scores.items()}
     table = {
         split: {
             metric: {name: report[split][metric] for name, report in reports.items()}
