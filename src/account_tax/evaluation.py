@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -54,11 +55,12 @@ class Scores:
     temperature: float
     y_true: np.ndarray
 
-    @property
+    # Computed once: metrics, thresholds, the bootstrap and the plots all read them.
+    @cached_property
     def raw(self) -> np.ndarray:
         return softmax(self.logits)
 
-    @property
+    @cached_property
     def calibrated(self) -> np.ndarray:
         return softmax(self.logits, self.temperature)
 

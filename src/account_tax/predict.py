@@ -175,7 +175,9 @@ def predict_records(
     )
     threshold = shipped["threshold"]
     predicted = top_k_columns(probabilities, k, labels)
-    confidence = probabilities.max(axis=1) if len(records) else np.empty(0)
+    # The decision follows the confidence as written (float32), so a reader re-checking a row
+    # against the threshold always agrees with it.
+    confidence = next(column for column in predicted if column.name == CONFIDENCE).to_numpy()
     predictions = records.with_columns(
         *(column for column in predicted if column.name in PREDICTION_COLUMNS),
         pl.Series(DECISION, decisions(confidence, threshold), dtype=pl.String),
