@@ -17,9 +17,7 @@ from account_tax.baseline import baseline_logits
 from account_tax.evaluation import (
     BASELINE,
     ENSEMBLE,
-    HEADLINE,
     MODEL,
-    SPLITS,
     ReviewSettings,
     Scores,
     assess,
@@ -28,6 +26,7 @@ from account_tax.evaluation import (
     ensemble_scores,
     slice_metrics,
     summary_html,
+    tracked_metrics,
 )
 from account_tax.evaluation_plots import (
     plot_baseline_comparison,
@@ -41,7 +40,7 @@ from account_tax.evaluation_plots import (
 from account_tax.hierarchy import hierarchy_metrics, read_parents
 from account_tax.inference import load_classifier, model_temperature, predict_logits
 from account_tax.io import write_json, write_parquet
-from account_tax.model import LABEL_MAP, TRAINING_INFO
+from account_tax.model import LABEL_MAP, read_training_info
 from account_tax.predictions import PREDICTED_LABEL_ID, predictions_frame, read_split
 from account_tax.serialize import LABEL_ID, TEXT
 from account_tax.tracking import log_stage, read_run
@@ -76,7 +75,8 @@ def main() -> None:
     options = args.settings["evaluate"]
 
     model, tokenizer, labels = load_classifier(args.model)
-    info = json.loads((args.model / TRAINING_INFO).read_text(encoding="utf-8"))
+    max_length = read_training_info(args.model)["settings"]["max_length"]
+    temperature = model_temperature(args.model)
     pipeline = joblib.load(args.baseline_model)
     baseline_report = json.loads(args.baseline_metrics.read_text(encoding="utf-8"))
     splits = {
@@ -86,10 +86,8 @@ def main() -> None:
     scores = {MODEL: {}, BASELINE: {}}
     for name, split in splits.items():
         texts, y_true = split[TEXT].to_list(), split[LABEL_ID].to_numpy()
-        logits = predict_logits(
-            model, tokenizer, texts, args.batch_size, info["settings"]["max_length"]
-        )
-        scores[MODEL][name] = Scores(logits, model_temperature(args.model), y_true)
+        logits = predict_logits(model, tokenizer, texts, args.batch_size, max_length)
+        scores[MODEL][name] = Scores(logits, temperature, y_true)
         scores[BASELINE][name] = Scores(
             baseline_logits(pipeline, texts, len(labels)),
             baseline_report["calibration"]["temperature"],
@@ -168,50 +166,7 @@ def main() -> None:
     run_id = read_run(args.tracking)["run_id"] if args.tracking and args.tracking.exists() else None
     args.summary.write_text(summary_html(comparison, reports, run_id), encoding="utf-8")
 
-    metrics = {}
-    for name, report in reports.items():
-        prefix = "" if name == MODEL else f"{name}_"
-        for split in SPLITS:
-            metrics |= {
-                f"{prefix}{split}_{metric}": report[split][metric]
-                for metric in HEADLINE
-                if report[split][metric] is not None
-            }
-            unseen_groups = report[split].get("unseen_groups", {})
-            metrics |= {
-                f"{prefix}{split}_unseen_groups_{metric}": unseen_groups[metric]
-                for metric in HEADLINE
-                if unseen_groups.get(metric) is not None
-            }
-            for stage, values in report[split]["calibration"].items():
-                metrics |= {
-                    f"{prefix}{split}_{measure}_{stage}_calibration": value
-                    for measure, value in values.items()
-                    if value is not None
-                }
-        metrics[f"{prefix}temperature"] = report["temperature"]
-        hierarchy = report.get("hierarchy", {}).get("test")
-        if hierarchy is not None:
-            for level in hierarchy["levels"]:
-                for metric in ("accuracy", "macro_f1"):
-                    if level[metric] is not None:
-                        metrics[f"{prefix}test_level_{level['level']}_{metric}"] = level[metric]
-            if hierarchy["right_parent_share"] is not None:
-                metrics[f"{prefix}test_right_parent_share"] = hierarchy["right_parent_share"]
-        for key in ("coverage", "precision", "amount_coverage", "amount_weighted_accuracy"):
-            value = report["review"]["test"].get(key)
-            if value is not None:
-                metrics[f"{prefix}test_auto_{key}"] = value
-    metrics["ensemble_weight"] = weight
-    if comparison["verdict"] is not None:
-        difference = comparison["difference"]
-        metrics |= {
-            "beats_baseline": float(comparison["model_beats_baseline"]),
-            "macro_f1_difference": difference["value"],
-            "macro_f1_difference_low": difference["low"],
-            "macro_f1_difference_high": difference["high"],
-            "bootstrap_seconds": comparison["bootstrap"]["seconds"],
-        }
+    metrics = tracked_metrics(reports, comparison)
     plots = [
         args.curves,
         args.confusion,

@@ -381,3 +381,56 @@ def curves(scores: dict[str, Scores]) -> dict[str, dict[str, Any]]:
             "precision": precision,
         }
     return result
+
+
+def tracked_metrics(
+    reports: dict[str, dict[str, Any]], comparison: dict[str, Any]
+) -> dict[str, float]:
+    """The numbers evaluate logs to MLflow, flat: `<candidate>_<split>_<metric>` (no prefix for
+    the fine-tuned model), calibration, the hierarchy's test levels, the auto-post coverage, and
+    the verdict's difference with its interval."""
+    metrics: dict[str, float] = {}
+    for name, report in reports.items():
+        prefix = "" if name == MODEL else f"{name}_"
+        for split in SPLITS:
+            metrics |= {
+                f"{prefix}{split}_{metric}": report[split][metric]
+                for metric in HEADLINE
+                if report[split][metric] is not None
+            }
+            unseen_groups = report[split].get("unseen_groups", {})
+            metrics |= {
+                f"{prefix}{split}_unseen_groups_{metric}": unseen_groups[metric]
+                for metric in HEADLINE
+                if unseen_groups.get(metric) is not None
+            }
+            for stage, values in report[split]["calibration"].items():
+                metrics |= {
+                    f"{prefix}{split}_{measure}_{stage}_calibration": value
+                    for measure, value in values.items()
+                    if value is not None
+                }
+        metrics[f"{prefix}temperature"] = report["temperature"]
+        hierarchy = report.get("hierarchy", {}).get("test")
+        if hierarchy is not None:
+            for level in hierarchy["levels"]:
+                for metric in ("accuracy", "macro_f1"):
+                    if level[metric] is not None:
+                        metrics[f"{prefix}test_level_{level['level']}_{metric}"] = level[metric]
+            if hierarchy["right_parent_share"] is not None:
+                metrics[f"{prefix}test_right_parent_share"] = hierarchy["right_parent_share"]
+        for key in ("coverage", "precision", "amount_coverage", "amount_weighted_accuracy"):
+            value = report["review"]["test"].get(key)
+            if value is not None:
+                metrics[f"{prefix}test_auto_{key}"] = value
+    metrics["ensemble_weight"] = reports[ENSEMBLE]["weight"]
+    if comparison["verdict"] is not None:
+        difference = comparison["difference"]
+        metrics |= {
+            "beats_baseline": float(comparison["model_beats_baseline"]),
+            "macro_f1_difference": difference["value"],
+            "macro_f1_difference_low": difference["low"],
+            "macro_f1_difference_high": difference["high"],
+            "bootstrap_seconds": comparison["bootstrap"]["seconds"],
+        }
+    return metrics

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
@@ -23,9 +22,10 @@ from account_tax.model import (
     TRAINING_INFO,
     load_sequence_classifier,
     load_tokenizer,
+    read_training_info,
     resolve_model_dir,
 )
-from account_tax.predictions import read_split
+from account_tax.predictions import read_labels, read_split
 from account_tax.serialize import LABEL_ID, TEXT
 
 log = logging.getLogger(__name__)
@@ -45,11 +45,10 @@ def load_classifier(
     """The model in eval mode: the base model named in training_info.json with the trained
     adapter, or, for a fully fine-tuned or merged model, the folder's own weights."""
     model_dir = Path(model_dir)
-    labels = json.loads((model_dir / LABEL_MAP).read_text(encoding="utf-8"))["labels"]
+    labels = read_labels(model_dir / LABEL_MAP)
     tokenizer = load_tokenizer(model_dir)
     if (model_dir / ADAPTER_CONFIG).is_file():
-        info = json.loads((model_dir / TRAINING_INFO).read_text(encoding="utf-8"))
-        base_dir = resolve_model_dir(info["base_model"])
+        base_dir = resolve_model_dir(read_training_info(model_dir)["base_model"])
         base = load_sequence_classifier(base_dir, tokenizer, labels, dtype)
         model = PeftModel.from_pretrained(base, model_dir)
     else:
@@ -109,7 +108,7 @@ def predict_probabilities(
 
 def model_temperature(model_dir: Path | str) -> float:
     """The temperature fitted on the validation split after training (see `calibrate_model`)."""
-    info = json.loads((Path(model_dir) / TRAINING_INFO).read_text(encoding="utf-8"))
+    info = read_training_info(model_dir)
     if "calibration" not in info:
         raise DataError(
             f"{model_dir}: {TRAINING_INFO} has no calibration; the model was trained before "
@@ -128,7 +127,7 @@ def calibrate_model(model_dir: Path, validation: Path, batch_size: int = 64) -> 
     # On a GPU node the trainer's first device, so a large model's pass stays fast.
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer, labels = load_classifier(model_dir, device)
-    info = json.loads((model_dir / TRAINING_INFO).read_text(encoding="utf-8"))
+    info = read_training_info(model_dir)
     split = read_split(validation, len(labels))
     started = time.perf_counter()
     logits = predict_logits(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 from peft import LoraConfig, TaskType, get_peft_model
@@ -23,6 +25,11 @@ log = logging.getLogger(__name__)
 LABEL_MAP = "label_map.json"
 TRAINING_INFO = "training_info.json"
 """Beside the trained weights: the base model it was trained from, and the settings."""
+
+
+def read_training_info(model_dir: Path) -> dict[str, Any]:
+    """A trained model folder's training_info.json."""
+    return json.loads((Path(model_dir) / TRAINING_INFO).read_text(encoding="utf-8"))
 
 
 def resolve_model_dir(spec: str) -> Path:

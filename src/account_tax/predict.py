@@ -29,7 +29,7 @@ from account_tax.inference import load_classifier, model_temperature, predict_pr
 from account_tax.ingest import ingest
 from account_tax.io import parquet_rows, sha256_file, write_parquet
 from account_tax.manifest import content_sha256
-from account_tax.model import LABEL_MAP, TRAINING_INFO
+from account_tax.model import LABEL_MAP, read_training_info
 from account_tax.predictions import (
     CONFIDENCE,
     PREDICTED_LABEL,
@@ -105,7 +105,7 @@ class Provenance:
     def of(
         cls, candidate: str, model_dir: Path, baseline_model: Path, receipt: Path | None
     ) -> Provenance:
-        info = json.loads((model_dir / TRAINING_INFO).read_text(encoding="utf-8"))
+        info = read_training_info(model_dir)
         uri = None
         if receipt is not None:
             stored = json.loads(receipt.read_text(encoding="utf-8"))
@@ -128,13 +128,12 @@ def candidate_probabilities(
     model_probabilities = baseline_probabilities = None
     if candidate != BASELINE:
         model, tokenizer, _ = load_classifier(model_dir)
-        info = json.loads((model_dir / TRAINING_INFO).read_text(encoding="utf-8"))
         model_probabilities = predict_probabilities(
             model,
             tokenizer,
             texts,
             batch_size,
-            info["settings"]["max_length"],
+            read_training_info(model_dir)["settings"]["max_length"],
             model_temperature(model_dir),
         )
     if candidate != MODEL:
