@@ -1,10 +1,8 @@
-import ast
-import hashlib
 import json
 import sys
 from pathlib import Path
 
-import account_tax
+import account_tax.code_hash
 
 from snakemake.logging import logger
 from snakemake.utils import validate
@@ -45,11 +43,19 @@ wildcard_constraints:
 
 
 def settings(*sections):
-    """The named config sections as the JSON a script takes with --settings.
+    """The named config sections as the JSON a script takes with --settings; `section.key`
+    passes one key of a section, so that the rule's params change only with that key.
 
     Returned as a function so Snakemake does not read the braces of templates as wildcards.
     """
-    text = json.dumps({name: config[name] for name in sections if name in config})
+    chosen = {}
+    for name in sections:
+        section, _, key = name.partition(".")
+        if key:
+            chosen.setdefault(section, {})[key] = config[section][key]
+        elif section in config:
+            chosen[section] = config[section]
+    text = json.dumps(chosen)
     return lambda wildcards: text
 
 
@@ -59,38 +65,11 @@ def script(name):
 
 
 def code_sha256(name):
-    """sha256 of a stage script and of every module of the account_tax package it imports,
-    directly or through other modules. A rule takes it as a param, so that under Snakemake's
-    default triggers editing the script or the package code it runs re-runs the rule (and what
-    follows), and editing code it does not run does not."""
-    package = Path(account_tax.__file__).parent
-    digest = hashlib.sha256()
-    pending, seen = [Path(script(name))], set()
-    while pending:
-        path = pending.pop()
-        if path in seen or not path.is_file():
-            continue
-        seen.add(path)
-        for node in ast.walk(ast.parse(path.read_bytes())):
-            modules = []
-            if isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                modules = [node.module] + [
-                    f"{node.module}.{a.name}" for a in node.names
-                ]
-            for module in modules:
-                if module.split(".")[0] == "account_tax":
-                    parts = module.split(".")[1:]
-                    pending.append(
-                        package.joinpath(*parts).with_suffix(".py")
-                        if parts
-                        else package / "__init__.py"
-                    )
-    for path in sorted(seen):
-        for part in (path.name.encode(), b"\0", path.read_bytes()):
-            digest.update(part)
-    return digest.hexdigest()
+    """sha256 of a stage script and of every module of the account_tax package it imports. A
+    rule takes it as a param, so that under Snakemake's default triggers editing the script or
+    the package code it runs re-runs the rule (and what follows), and editing code it does not
+    run does not."""
+    return account_tax.code_hash.code_sha256(Path(script(name)))
 
 
 def raw_input():
