@@ -1,7 +1,8 @@
 """Evaluate: the fine-tuned model and the baseline, scored by the same code on validation and test
 with calibrated probabilities (accuracy, macro-F1, weighted-F1, top-3 accuracy, per-class scores,
 NLL, Brier and ECE before and after calibration), the auto-post threshold chosen on validation
-for a target precision and its coverage on test, bootstrap intervals and a paired verdict, plus
+for a target precision and its coverage on test, bootstrap intervals and a paired verdict, the
+classes with no training rows apart (against the nearest class by TF-IDF of the class texts), plus
 the report's plots: training curves, confusion matrix, per-class F1 against support, the baseline
 comparison, a reliability diagram and a precision-coverage curve."""
 
@@ -9,6 +10,7 @@ import json
 from pathlib import Path
 
 import joblib
+import numpy as np
 import polars as pl
 import torch
 
@@ -37,6 +39,7 @@ from account_tax.evaluation_plots import (
     plot_training_curves,
     read_history,
 )
+from account_tax.head_init import class_texts
 from account_tax.hierarchy import hierarchy_metrics, read_parents
 from account_tax.inference import load_classifier, model_temperature, predict_logits
 from account_tax.io import write_json, write_parquet
@@ -44,6 +47,19 @@ from account_tax.model import LABEL_MAP, read_training_info
 from account_tax.predictions import PREDICTED_LABEL_ID, predictions_frame, read_split
 from account_tax.serialize import LABEL_ID, TEXT
 from account_tax.tracking import log_stage, read_run
+from account_tax.unseen_classes import (
+    COMPARATOR,
+    nearest_class_scores,
+    seen_class_macro_f1,
+    unseen_class_metrics,
+)
+
+
+def classes_without_training_rows(train_records: Path, label_map: dict) -> np.ndarray:
+    """Label ids of the classes with no row in the train split (held out, or never posted)."""
+    column = pl.read_parquet(train_records, columns=[label_map["label_column"]]).to_series()
+    trained = set(column.unique().to_list())
+    return np.array([i for i, code in enumerate(label_map["labels"]) if code not in trained])
 
 
 def main() -> None:
@@ -111,6 +127,25 @@ def main() -> None:
                 "column": group,
                 **slice_metrics(scores[name]["test"], unseen, labels),
             }
+    label_map = json.loads((args.model / LABEL_MAP).read_text(encoding="utf-8"))
+    unseen = classes_without_training_rows(args.train_records, label_map)
+    test_truth = splits["test"][LABEL_ID].to_numpy()
+    unseen_report = None
+    if np.isin(test_truth, unseen).any():
+        # Classes with test rows but none in train (evaluate.holdout_classes, or a split by date
+        # or group): ranked among all classes, beside the nearest class by its text.
+        for name, view in scores.items():
+            reports[name]["test"]["unseen_classes"] = {
+                **unseen_class_metrics(view["test"].calibrated, test_truth, unseen),
+                "seen_classes_macro_f1": seen_class_macro_f1(
+                    view["test"].calibrated, test_truth, unseen
+                ),
+            }
+        comparator = nearest_class_scores(class_texts(label_map), splits["test"][TEXT].to_list())
+        unseen_report = {
+            "classes": sorted(labels[i] for i in np.intersect1d(unseen, test_truth)),
+            COMPARATOR: unseen_class_metrics(comparator, test_truth, unseen),
+        }
     parents = read_parents(args.model / LABEL_MAP)
     if parents is not None:
         # The chart of accounts' levels and "right group, wrong account" (account_tax.hierarchy).
@@ -143,6 +178,7 @@ def main() -> None:
             BASELINE: reports[BASELINE],
             ENSEMBLE: reports[ENSEMBLE],
             "comparison": comparison,
+            "unseen_classes": unseen_report,
         },
     )
     test = predictions_frame(splits["test"], test_scores[shipped].calibrated, 3, labels)
@@ -164,9 +200,11 @@ def main() -> None:
         args.precision_coverage,
     )
     run_id = read_run(args.tracking)["run_id"] if args.tracking and args.tracking.exists() else None
-    args.summary.write_text(summary_html(comparison, reports, run_id), encoding="utf-8")
+    args.summary.write_text(
+        summary_html(comparison, reports, run_id, unseen_report), encoding="utf-8"
+    )
 
-    metrics = tracked_metrics(reports, comparison)
+    metrics = tracked_metrics(reports, comparison, unseen_report)
     plots = [
         args.curves,
         args.confusion,

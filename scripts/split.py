@@ -1,7 +1,8 @@
 """Split: train/validation/test by `split.strategy` (stratified by class, by date with the latest
 dates held out, or by group with no group in two splits), deterministic by seed. split_report.json
 gives the per-class counts, a sha256 of each split's rows, the date range or group count of each
-split, and the classes in validation or test but not in train."""
+split, the classes held out of train and validation (`evaluate.holdout_classes`), and the classes
+in validation or test but not in train."""
 
 from pathlib import Path
 
@@ -20,11 +21,13 @@ def main() -> None:
     parser.add_argument("--counts-table", type=Path, required=True, help="per-class counts TSV")
     args = parser.parse_args()
     spec = DataSpec.from_config(args.settings)
-    report = split(args.input, spec, args.settings.get("split", {}), args.out_dir)
+    holdout = args.settings.get("evaluate", {}).get("holdout_classes", 0)
+    report = split(args.input, spec, args.settings.get("split", {}), args.out_dir, holdout)
     plot_split_distribution(report["per_class"], args.plot)
     args.counts_table.write_text(counts_table(report), encoding="utf-8")
     metrics = {f"{name}_rows": split["rows"] for name, split in report["splits"].items()}
     metrics["train_only_classes"] = len(report["train_only_classes"])
+    metrics["holdout_classes"] = len(report["holdout_classes"])
     for name, classes in report["classes_not_in_train"].items():
         metrics[f"{name}_classes_not_in_train"] = len(classes)
     log_stage(args.tracking, "split", metrics, [args.out_dir / "split_report.json", args.plot])

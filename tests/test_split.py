@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 from sample_ledger import ledger_config
 
+from account_tax.errors import DataError
 from account_tax.io import sha256_file
 from account_tax.settings import DataSpec
 from account_tax.split import (
@@ -372,3 +373,63 @@ def test_configuration_errors(tmp_path, options, message):
     with pytest.raises(ValueError, match=message):
         split(source, spec, options, tmp_path / "split")
     assert not (tmp_path / "split").exists()
+
+
+def holdout_ledger(tmp_path):
+    sizes = {
+        str(code): size
+        for code, size in zip(range(4000, 4010), [30, 12, 8, 5, 4, 3, 3, 2, 1, 40], strict=True)
+    }
+    frame = pl.DataFrame(
+        {
+            "source_row": range(1, sum(sizes.values()) + 1),
+            "entry_id": [f"e{i}" for i in range(sum(sizes.values()))],
+            "account": labels(sizes),
+        }
+    )
+    source = tmp_path / "features.parquet"
+    frame.write_parquet(source)
+    return source, DataSpec.from_config(ledger_config(tmp_path / "x.csv")), sizes
+
+
+@pytest.mark.parametrize("strategy", ["stratified", "group"])
+def test_held_out_classes_go_wholly_to_test_and_are_drawn_by_seed(tmp_path, strategy):
+    source, spec, sizes = holdout_ledger(tmp_path)
+    options = {"seed": 3, "strategy": strategy}
+    if strategy == "group":
+        options["group_column"] = "entry_id"
+    report = split(source, spec, options, tmp_path / "a", holdout=3)
+    held = report["holdout_classes"]
+    assert len(held) == 3 and held == sorted(held)
+    # Only classes with at least 3 rows: a held-out class needs test rows to measure.
+    assert all(sizes[code] >= 3 for code in held)
+    for code in held:
+        assert report["per_class"][code] == {"train": 0, "validation": 0, "test": sizes[code]}
+    assert report["classes_not_in_train"]["test"] == held
+    frames = {name: pl.read_parquet(tmp_path / "a" / f"{name}.parquet") for name in SPLITS}
+    assert sum(frame.height for frame in frames.values()) == sum(sizes.values())
+    for name in ("train", "validation"):
+        assert not frames[name].get_column("account").is_in(held).any()
+
+    assert split(source, spec, options, tmp_path / "b", holdout=3)["holdout_classes"] == held
+    others = {
+        tuple(
+            split(source, spec, options | {"seed": seed}, tmp_path / f"s{seed}", holdout=3)[
+                "holdout_classes"
+            ]
+        )
+        for seed in range(4, 9)
+    }
+    assert len(others | {tuple(held)}) > 1
+
+
+def test_held_out_classes_by_code_and_their_errors(tmp_path):
+    source, spec, _ = holdout_ledger(tmp_path)
+    report = split(source, spec, {"seed": 3}, tmp_path / "a", holdout=["4008", "4001"])
+    assert report["holdout_classes"] == ["4001", "4008"]
+    assert report["per_class"]["4008"] == {"train": 0, "validation": 0, "test": 1}
+    with pytest.raises(DataError, match=r"names \['9999'\], which have no rows in .*features"):
+        split(source, spec, {"seed": 3}, tmp_path / "b", holdout=["4001", "9999"])
+    with pytest.raises(DataError, match=r"is 9, but only 8 classes .* have at least 3 rows"):
+        split(source, spec, {"seed": 3}, tmp_path / "c", holdout=9)
+    assert split(source, spec, {"seed": 3}, tmp_path / "d")["holdout_classes"] == []

@@ -386,3 +386,24 @@ def test_editing_a_stage_script_reruns_its_rule_and_what_follows(tmp_path):
     # Leaving params out of the triggers (as the README says) keeps the results as they are.
     quiet = run("-n", "--rerun-triggers", "mtime", "input", "software-env")
     assert "Nothing to be done" in quiet.stdout + quiet.stderr
+
+
+def test_readme_holdout_config_keeps_classes_out_of_train_and_validation(tmp_path):
+    """`--configfile config/config.yaml config/holdout.yaml` on the bundled data: 20 classes go
+    wholly to test. Split takes only `evaluate.holdout_classes` of its section: another
+    evaluate setting leaves the split as it is."""
+    (tmp_path / "config").mkdir()
+    for name in ("config.yaml", "holdout.yaml"):
+        shutil.copy(REPO / "config" / name, tmp_path / "config" / name)
+    target = "results/split/split_report.json"
+    configs = ["--configfile", "config/config.yaml", "config/holdout.yaml"]
+    snakemake(tmp_path, target, *configs)
+    report = json.loads((tmp_path / target).read_text())
+    held = report["holdout_classes"]
+    assert len(held) == 20
+    for code in held:
+        counts = report["per_class"][code]
+        assert counts["train"] == counts["validation"] == 0 and counts["test"] >= 3
+    (tmp_path / "more.yaml").write_text("evaluate: {bootstrap_resamples: 500}\n")
+    dry = snakemake(tmp_path, target, "-n", *configs, "more.yaml")
+    assert "Nothing to be done" in dry.stdout + dry.stderr

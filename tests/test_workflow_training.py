@@ -337,21 +337,14 @@ def test_a_second_workflow_run_gets_its_own_mlflow_run_and_s3_keys(trained):
     assert {first_run["run_id"], second_run["run_id"]} <= run_ids
 
 
-def test_evaluate_scores_test_rows_of_groups_never_seen_in_train(trained, tmp_path):
-    """With `split.strategy: group`, the test rows whose group is not in train are a slice of
-    their own: here the group is the entry id (one row each), and two test rows are added to
-    train."""
-    workdir, *_ = trained
-    train = pl.read_parquet(workdir / "results/split/train.parquet")
-    test = pl.read_parquet(workdir / "results/split/test.parquet")
-    seen_train = tmp_path / "train.parquet"
-    pl.concat([train, test.head(2)]).write_parquet(seen_train)
+def run_evaluate(workdir, train_records, out, split_settings):
+    """scripts/evaluate.py on the trained workflow's model and splits, with `train_records` as
+    what was trained on; the metrics and the summary page."""
     settings = {
         "review": {"target_precision": 0.5, "min_rows": 2},
         "evaluate": {"bootstrap_resamples": 100, "seed": 13, "amount_column": None},
-        "split": {"strategy": "group", "group_column": "entry_id"},
+        "split": split_settings,
     }
-    out = tmp_path / "evaluate"
     outputs = {
         name: out / file
         for name, file in {
@@ -379,7 +372,7 @@ def test_evaluate_scores_test_rows_of_groups_never_seen_in_train(trained, tmp_pa
         "--test",
         str(workdir / "results/serialize/test.parquet"),
         "--train-records",
-        str(seen_train),
+        str(train_records),
         "--test-records",
         str(workdir / "results/split/test.parquet"),
         "--history",
@@ -392,6 +385,24 @@ def test_evaluate_scores_test_rows_of_groups_never_seen_in_train(trained, tmp_pa
     for name, path in outputs.items():
         command += [f"--{name}", str(path)]
     subprocess.run(command, check=True, capture_output=True, text=True)
+    return outputs
+
+
+def test_evaluate_scores_test_rows_of_groups_never_seen_in_train(trained, tmp_path):
+    """With `split.strategy: group`, the test rows whose group is not in train are a slice of
+    their own: here the group is the entry id (one row each), and two test rows are added to
+    train."""
+    workdir, *_ = trained
+    train = pl.read_parquet(workdir / "results/split/train.parquet")
+    test = pl.read_parquet(workdir / "results/split/test.parquet")
+    seen_train = tmp_path / "train.parquet"
+    pl.concat([train, test.head(2)]).write_parquet(seen_train)
+    outputs = run_evaluate(
+        workdir,
+        seen_train,
+        tmp_path / "evaluate",
+        {"strategy": "group", "group_column": "entry_id"},
+    )
     report = json.loads(outputs["metrics"].read_text())
     shipped = report["comparison"]["shipped"]["candidate"]
     predictions = pl.read_parquet(outputs["predictions"]).slice(2)
@@ -404,3 +415,27 @@ def test_evaluate_scores_test_rows_of_groups_never_seen_in_train(trained, tmp_pa
     assert (
         f"{test.height - 2} rows whose entry_id is not in train" in outputs["summary"].read_text()
     )
+
+
+def test_evaluate_scores_classes_without_training_rows_apart(trained, tmp_path):
+    """Test rows of a class left out of the train records are scored apart, for every
+    candidate and for the nearest class by text; the baseline cannot rank such a class."""
+    workdir, *_ = trained
+    train = pl.read_parquet(workdir / "results/split/train.parquet")
+    test = pl.read_parquet(workdir / "results/split/test.parquet")
+    left_out = test["account"].mode().sort()[0]
+    without = tmp_path / "train.parquet"
+    train.filter(pl.col("account") != left_out).write_parquet(without)
+    outputs = run_evaluate(workdir, without, tmp_path / "evaluate", {"strategy": "stratified"})
+    report = json.loads(outputs["metrics"].read_text())
+    rows = int((test["account"] == left_out).sum())
+    assert report["unseen_classes"]["classes"] == [left_out]
+    comparator = report["unseen_classes"]["tfidf_nearest_class"]
+    assert comparator["rows"] == rows and comparator["classes"] == 1
+    for candidate in (report, report["baseline"], report["ensemble"]):
+        unseen = candidate["test"]["unseen_classes"]
+        assert unseen["rows"] == rows and 0 <= unseen["top1"] <= unseen["top3"] <= 1
+        assert unseen["seen_classes_macro_f1"] is not None
+    summary = outputs["summary"].read_text()
+    assert f"{rows} rows of 1 classes with no training rows" in summary
+    assert "macro_f1 of the classes seen in training" in summary

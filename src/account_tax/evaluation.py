@@ -29,6 +29,7 @@ from account_tax.calibration import (
 )
 from account_tax.metrics import TOP_K, TOP_K_ACCURACY, classification_metrics, top_k
 from account_tax.review import auto_threshold, coverage, precision_coverage_curve
+from account_tax.unseen_classes import COMPARATOR
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +313,10 @@ def _number(value: float | None) -> str:
 
 
 def summary_html(
-    comparison: dict[str, Any], reports: dict[str, dict[str, Any]], run_id: str | None
+    comparison: dict[str, Any],
+    reports: dict[str, dict[str, Any]],
+    run_id: str | None,
+    unseen_classes: dict[str, Any] | None = None,
 ) -> str:
     """A small standalone page for the report: the verdict, the headline table with intervals,
     calibration and the auto-post coverage of each model."""
@@ -346,6 +350,25 @@ def summary_html(
             )
             what = f"{metric}, {unseen['rows']} rows whose {unseen['column']} is not in train"
             rows.append(f"<tr><td>test</td><td>{html.escape(what)}</td>{cells}</tr>")
+    if unseen_classes is not None:
+        comparator = unseen_classes[COMPARATOR]
+        for metric in ("top1", "top3", "macro_recall"):
+            cells = "".join(
+                f"<td>{_number(reports[name]['test']['unseen_classes'][metric])}</td>"
+                for name in names
+            )
+            what = (
+                f"{metric}, {comparator['rows']} rows of {comparator['classes']} classes with no "
+                f"training rows (nearest class by TF-IDF: {_number(comparator[metric])})"
+            )
+            rows.append(f"<tr><td>test</td><td>{html.escape(what)}</td>{cells}</tr>")
+        cells = "".join(
+            f"<td>{_number(reports[name]['test']['unseen_classes']['seen_classes_macro_f1'])}</td>"
+            for name in names
+        )
+        rows.append(
+            f"<tr><td>test</td><td>macro_f1 of the classes seen in training</td>{cells}</tr>"
+        )
     target = reports[names[0]]["review"]["target_precision"]
     cells = "".join(f"<td>{_number(reports[name]['review']['threshold'])}</td>" for name in names)
     rows.append(f"<tr><td>validation</td><td>auto-post threshold</td>{cells}</tr>")
@@ -384,7 +407,9 @@ def curves(scores: dict[str, Scores]) -> dict[str, dict[str, Any]]:
 
 
 def tracked_metrics(
-    reports: dict[str, dict[str, Any]], comparison: dict[str, Any]
+    reports: dict[str, dict[str, Any]],
+    comparison: dict[str, Any],
+    unseen_classes: dict[str, Any] | None = None,
 ) -> dict[str, float]:
     """The numbers evaluate logs to MLflow, flat: `<candidate>_<split>_<metric>` (no prefix for
     the fine-tuned model), calibration, the hierarchy's test levels, the auto-post coverage, and
@@ -397,6 +422,12 @@ def tracked_metrics(
                 f"{prefix}{split}_{metric}": report[split][metric]
                 for metric in HEADLINE
                 if report[split][metric] is not None
+            }
+            unseen = report[split].get("unseen_classes", {})
+            metrics |= {
+                f"{prefix}{split}_unseen_classes_{metric}": value
+                for metric, value in unseen.items()
+                if metric not in ("rows", "classes") and value is not None
             }
             unseen_groups = report[split].get("unseen_groups", {})
             metrics |= {
@@ -423,6 +454,12 @@ def tracked_metrics(
             value = report["review"]["test"].get(key)
             if value is not None:
                 metrics[f"{prefix}test_auto_{key}"] = value
+    if unseen_classes is not None:
+        metrics |= {
+            f"{COMPARATOR}_test_unseen_classes_{metric}": value
+            for metric, value in unseen_classes[COMPARATOR].items()
+            if metric not in ("rows", "classes") and value is not None
+        }
     metrics["ensemble_weight"] = reports[ENSEMBLE]["weight"]
     if comparison["verdict"] is not None:
         difference = comparison["difference"]

@@ -12,15 +12,21 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 from peft import PeftModel
-from transformers import DataCollatorWithPadding, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
 from account_tax.calibration import fit_temperature, negative_log_likelihood, softmax
+from account_tax.classifier import (
+    TextClassifier,
+    load_backbone,
+    load_full_classifier,
+    save_full_classifier,
+)
 from account_tax.errors import DataError
+from account_tax.head_init import embed_classes_without_rows
 from account_tax.io import write_json
 from account_tax.model import (
     LABEL_MAP,
     TRAINING_INFO,
-    load_sequence_classifier,
     load_tokenizer,
     read_training_info,
     resolve_model_dir,
@@ -34,7 +40,7 @@ ADAPTER_CONFIG = "adapter_config.json"
 
 
 class Classifier(NamedTuple):
-    model: PreTrainedModel
+    model: torch.nn.Module
     tokenizer: PreTrainedTokenizerBase
     labels: list[str]
 
@@ -47,19 +53,36 @@ def load_classifier(
     model_dir = Path(model_dir)
     labels = read_labels(model_dir / LABEL_MAP)
     tokenizer = load_tokenizer(model_dir)
+    info = read_training_info(model_dir)
+    head = info["settings"]["head"]
     if (model_dir / ADAPTER_CONFIG).is_file():
-        base_dir = resolve_model_dir(read_training_info(model_dir)["base_model"])
-        base = load_sequence_classifier(base_dir, tokenizer, labels, dtype)
+        base_dir = resolve_model_dir(info["base_model"])
+        base = TextClassifier(load_backbone(base_dir, dtype), labels, head)
         model = PeftModel.from_pretrained(base, model_dir)
     else:
-        model = load_sequence_classifier(model_dir, tokenizer, labels, dtype)
+        model = load_full_classifier(model_dir, labels, head, dtype)
     return Classifier(model.to(device).eval(), tokenizer, labels)
+
+
+def represent_unseen_classes(model_dir: Path, texts: list[str], rows: np.ndarray) -> None:
+    """Rewrite the saved head's rows of the classes without training rows from their texts as
+    the trained model embeds them (see `head_init.embed_classes_without_rows`)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer, _ = load_classifier(model_dir, device)
+    max_length = read_training_info(model_dir)["settings"]["max_length"]
+    embed_classes_without_rows(model, tokenizer, texts, rows, max_length)
+    model = model.cpu()
+    if isinstance(model, PeftModel):
+        model.save_pretrained(model_dir)
+    else:
+        save_full_classifier(model, model_dir)
+    log.info("%d class(es) without training rows represented by their text", int(rows.sum()))
 
 
 def merge_adapter(adapter_dir: Path, merged_dir: Path) -> None:
     """A standalone copy with the adapter folded into the base weights: no peft needed to use it."""
     model, tokenizer, _ = load_classifier(adapter_dir)
-    model.merge_and_unload().save_pretrained(merged_dir)
+    save_full_classifier(model.merge_and_unload(), merged_dir)
     tokenizer.save_pretrained(merged_dir)
     for name in (LABEL_MAP, TRAINING_INFO):
         shutil.copyfile(adapter_dir / name, merged_dir / name)
@@ -67,7 +90,7 @@ def merge_adapter(adapter_dir: Path, merged_dir: Path) -> None:
 
 @torch.inference_mode()
 def predict_logits(
-    model: PreTrainedModel,
+    model: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase,
     texts: Sequence[str],
     batch_size: int = 64,
@@ -94,7 +117,7 @@ def predict_logits(
 
 
 def predict_probabilities(
-    model: PreTrainedModel,
+    model: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase,
     texts: Sequence[str],
     batch_size: int = 64,

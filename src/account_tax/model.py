@@ -1,4 +1,5 @@
-"""Any local Hugging Face model folder, encoder or decoder, as a classifier of account codes."""
+"""Any local Hugging Face model folder, encoder or decoder, as a classifier of account codes to
+train: its tokenizer, the backbone with a new head, adapters."""
 
 from __future__ import annotations
 
@@ -8,14 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from peft import LoraConfig, TaskType, get_peft_model
-from transformers import (
-    AutoModelForSequenceClassification,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
+from peft import LoraConfig, PeftModel, TaskType, get_peft_model
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from account_tax.classifier import TextClassifier, load_backbone
 from account_tax.errors import DataError
 from account_tax.io import resolve_input
 from account_tax.train_settings import LoraSettings
@@ -53,56 +50,33 @@ def load_tokenizer(model_dir: Path) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def load_sequence_classifier(
-    model_dir: Path,
-    tokenizer: PreTrainedTokenizerBase,
-    labels: list[str],
-    dtype: torch.dtype = torch.float32,
-) -> PreTrainedModel:
-    """The model with a classification head for `labels` (new, unless the folder has one).
-
-    Decoders classify from the last token that is not padding, which they find through
-    `pad_token_id`; encoders ignore it. Weights load as float32 by default: the optimizer's
-    master copy, whatever the checkpoint's dtype.
-    """
-    return AutoModelForSequenceClassification.from_pretrained(
-        model_dir,
-        dtype=dtype,
-        num_labels=len(labels),
-        id2label=dict(enumerate(labels)),
-        label2id={label: index for index, label in enumerate(labels)},
-        pad_token_id=tokenizer.pad_token_id,
-        use_cache=False,  # a classifier never generates: no key/value cache
-    )
+HEAD_MODULE = "classifier"
+"""The head's name in `TextClassifier`; peft trains and saves a module of that name in full."""
 
 
-HEAD_MODULES = ("classifier", "score")
-"""The classification head of BERT-like encoders and of decoders; peft always trains it in full."""
+def fully_trained_modules(lora: LoraSettings) -> tuple[str, ...]:
+    """The head and the modules the settings train in full beside the adapters."""
+    return (HEAD_MODULE, *(lora.modules_to_save or ()))
 
 
-def modules_to_save(model: torch.nn.Module, lora: LoraSettings) -> tuple[str, ...]:
-    """The modules trained in full besides the head: the settings', or else the pooler if any.
-
-    BERT-like classifiers read the pooler's output, which sentence-embedding models such as
-    all-MiniLM leave unused (they mean-pool): frozen, it hides most of what the adapters learn.
-    """
-    if lora.modules_to_save is not None:
-        return lora.modules_to_save
-    has_pooler = any(name.rsplit(".", 1)[-1] == "pooler" for name, _ in model.named_modules())
-    return ("pooler",) * has_pooler
-
-
-def is_head_parameter(name: str, fully_trained: tuple[str, ...]) -> bool:
+def is_head_parameter(name: str, lora: LoraSettings) -> bool:
     """Whether a parameter belongs to the head or another module trained in full."""
-    return any(part in HEAD_MODULES or part in fully_trained for part in name.split("."))
+    fully_trained = fully_trained_modules(lora)
+    return any(part in fully_trained for part in name.split("."))
 
 
-def add_lora(model: PreTrainedModel, lora: LoraSettings) -> PreTrainedModel:
+def build_model(model_dir: Path, labels: list[str], head: str) -> TextClassifier:
+    """The pretrained backbone with a new head for `labels`, in float32 (the optimizer's master
+    copy, whatever the checkpoint's dtype)."""
+    return TextClassifier(load_backbone(model_dir), labels, head)
+
+
+def add_lora(model: TextClassifier, lora: LoraSettings) -> PeftModel:
     """Freeze the model and train low-rank adapters plus the head and `modules_to_save` in full.
 
-    The sequence-classification task type makes peft train and save the head (`classifier` in
-    BERT-like models, `score` in decoders) in full, and without `target_modules` it picks the
-    attention projections of the architecture (query/value, q_proj/v_proj).
+    The sequence-classification task type makes peft train and save the head in full, and
+    without `target_modules` it picks the attention projections of the backbone's architecture
+    (query/value, q_proj/v_proj).
     """
     config = LoraConfig(
         task_type=TaskType.SEQ_CLS,
@@ -110,34 +84,32 @@ def add_lora(model: PreTrainedModel, lora: LoraSettings) -> PreTrainedModel:
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=list(lora.target_modules) if lora.target_modules else None,
-        modules_to_save=list(modules_to_save(model, lora)) or None,
+        modules_to_save=list(fully_trained_modules(lora)),
     )
     return get_peft_model(model, config)
 
 
-def build_model(
-    model_dir: Path,
-    tokenizer: PreTrainedTokenizerBase,
-    labels: list[str],
-    lora: LoraSettings,
-    gradient_checkpointing: bool,
-) -> PreTrainedModel:
-    model = load_sequence_classifier(model_dir, tokenizer, labels)
+def prepare_for_training(
+    model: TextClassifier, lora: LoraSettings, gradient_checkpointing: bool
+) -> torch.nn.Module:
+    """Activation checkpointing and adapters as the settings ask; logs what is trained."""
     if gradient_checkpointing:
         # Non-reentrant checkpointing passes gradients through frozen embeddings to the adapters.
-        model.activation_checkpointing_enable(
+        model.backbone.activation_checkpointing_enable(
             activation_checkpointing_kwargs={"use_reentrant": False}
         )
-    if lora.enabled:
-        model = add_lora(model, lora)
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in model.parameters())
+    head = type(model.classifier).__name__
+    trained: torch.nn.Module = add_lora(model, lora) if lora.enabled else model
+    trainable = sum(p.numel() for p in trained.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in trained.parameters())
     log.info(
-        "model %s (%s): %d of %d parameters trainable (%s)",
-        model_dir,
+        "model %s (%s, %s pooling, %s): %d of %d parameters trainable (%s)",
+        model.config.name_or_path,
         model.config.model_type,
+        model.pooling,
+        head,
         trainable,
         total,
         "LoRA" if lora.enabled else "full fine-tuning",
     )
-    return model
+    return trained

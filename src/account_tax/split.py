@@ -13,6 +13,9 @@ share is nearest its fraction. Rows without a date go to train and are counted i
 are placed first, larger ones tending to come first in a seeded order, each in the split where
 the per-class and total counts come closest to the fractions. Single rows and rows without a group
 value then fill, class by class, what each split still lacks, as in `stratified`.
+
+Whatever the strategy, the classes of `evaluate.holdout_classes` go wholly to test, to measure the
+model on accounts it never saw.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from account_tax.errors import DataError
 from account_tax.io import write_json, write_parquets
 from account_tax.settings import DataSpec
 
@@ -60,6 +64,33 @@ def check_min_class_size(options: dict[str, Any]) -> None:
             f"split.min_class_size must exceed the number of held-out splits ({held_out}) "
             f"so that every stratified class keeps a training row"
         )
+
+
+HOLDOUT_MIN_ROWS = 3
+"""A held-out class needs a few test rows for its recall to mean anything."""
+
+
+def holdout_classes(
+    labels: pl.Series, holdout: int | list[str], seed: int, source: Path
+) -> list[str]:
+    """The classes to keep out of train and validation: the codes given, or `holdout` classes
+    with at least HOLDOUT_MIN_ROWS rows drawn with `seed`, sorted."""
+    counts = dict(labels.value_counts().iter_rows())
+    if isinstance(holdout, list):
+        missing = sorted(set(holdout) - set(counts))
+        if missing:
+            raise DataError(
+                f"evaluate.holdout_classes names {missing}, which have no rows in {source}"
+            )
+        return sorted(holdout)
+    eligible = sorted(label for label, n in counts.items() if n >= HOLDOUT_MIN_ROWS)
+    if holdout > len(eligible):
+        raise DataError(
+            f"evaluate.holdout_classes is {holdout}, but only {len(eligible)} classes in {source} "
+            f"have at least {HOLDOUT_MIN_ROWS} rows"
+        )
+    chosen = np.random.default_rng(seed).choice(len(eligible), size=holdout, replace=False)
+    return sorted(eligible[index] for index in chosen)
 
 
 def assign_splits(labels: pl.Series, options: dict[str, Any]) -> pl.Series:
@@ -302,7 +333,13 @@ def rows_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def split(source: Path, spec: DataSpec, options: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+def split(
+    source: Path,
+    spec: DataSpec,
+    options: dict[str, Any],
+    out_dir: Path,
+    holdout: int | list[str] = 0,
+) -> dict[str, Any]:
     """Write `<split>.parquet` for each split and `split_report.json`; return the report."""
     records = pl.scan_parquet(source)
     strategy = options.get("strategy", "stratified")
@@ -315,6 +352,18 @@ def split(source: Path, spec: DataSpec, options: dict[str, Any], out_dir: Path) 
         splits = assign_group_splits(labels, held.get_column(column), options)
     else:
         splits = assign_splits(labels, options)
+    held_out = holdout_classes(labels, holdout, options.get("seed", 13), source)
+    if held_out:
+        splits = (
+            pl.select(
+                pl.when(labels.is_in(held_out))
+                .then(pl.lit("test"))
+                .otherwise(splits)
+                .cast(SPLIT_DTYPE)
+            )
+            .to_series()
+            .alias(SPLIT)
+        )
     assignment = held.with_columns(splits)
     # Only the labels, the date or group column and the assignment are held; every other column
     # streams to its file.
@@ -323,6 +372,7 @@ def split(source: Path, spec: DataSpec, options: dict[str, Any], out_dir: Path) 
         "strategy": strategy,
         "seed": options.get("seed", 13),
         "rows": labels.len(),
+        "holdout_classes": held_out,
         "splits": {},
     }
     paths = {name: out_dir / f"{name}.parquet" for name in SPLITS}

@@ -12,6 +12,8 @@ from typing import Any
 from account_tax.settings import known_keys
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+HEADS = ("linear", "cosine")
+HEAD_INITS = ("auto", "label_text", "random")
 
 RUN_ONLY_KEYS = frozenset({"dataloader", "checkpoint_every_steps", "segments", "merge_adapter"})
 """Settings that change how a run goes, not what it computes: a checkpoint stays resumable."""
@@ -25,7 +27,7 @@ class LoraSettings:
     dropout: float = 0.1
     # None: peft's default for the architecture (BERT query/value, Llama-like q_proj/v_proj).
     target_modules: tuple[str, ...] | None = None
-    # Trained in full beside the head. None: the pooler, where the model has one.
+    # Trained in full beside the head.
     modules_to_save: tuple[str, ...] | None = None
 
 
@@ -48,6 +50,8 @@ class TrainSettings:
     warmup_ratio: float = 0.06
     weight_decay: float = 0.01
     seed: int = 42
+    head: str = "cosine"
+    head_init: str = "auto"
     lora: LoraSettings = field(default_factory=LoraSettings)
     gradient_checkpointing: bool = False
     class_weight_alpha: float = 0.4
@@ -62,6 +66,10 @@ class TrainSettings:
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"train.precision must be one of {PRECISIONS}, not {self.precision!r}")
+        if self.head not in HEADS:
+            raise ValueError(f"train.head must be one of {HEADS}, not {self.head!r}")
+        if self.head_init not in HEAD_INITS:
+            raise ValueError(f"train.head_init must be one of {HEAD_INITS}, not {self.head_init!r}")
         if self.merge_adapter and not self.lora.enabled:
             raise ValueError("train.merge_adapter needs train.lora.enabled (no adapter to merge)")
 

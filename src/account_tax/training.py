@@ -34,9 +34,12 @@ from account_tax.batching import (
     watched,
 )
 from account_tax.checkpoint import find_resume_point, fingerprint, load_checkpoint, save_checkpoint
+from account_tax.classifier import hold_rows, save_full_classifier
+from account_tax.code_hash import code_sha256
 from account_tax.distributed import Distributed, barrier, init_distributed
 from account_tax.errors import DataError
-from account_tax.inference import calibrate_model, merge_adapter
+from account_tax.head_init import class_texts, init_head_from_texts, resolve_head_init
+from account_tax.inference import calibrate_model, merge_adapter, represent_unseen_classes
 from account_tax.io import sha256_file, write_json
 from account_tax.loss import class_weights, forward_loss, label_counts
 from account_tax.manifest import write_manifest
@@ -46,7 +49,7 @@ from account_tax.model import (
     build_model,
     is_head_parameter,
     load_tokenizer,
-    modules_to_save,
+    prepare_for_training,
     resolve_model_dir,
 )
 from account_tax.train_settings import RUN_ONLY_KEYS, TrainSettings
@@ -115,7 +118,6 @@ def parameter_groups(model: torch.nn.Module, settings: TrainSettings) -> list[di
     """The adapters (or pretrained weights) at learning_rate first, then the head and the other
     modules trained in full at head_learning_rate; weight decay on matrices only, not on biases
     and normalisation weights (1-d)."""
-    fully_trained = modules_to_save(model, settings.lora)
     head_lr = settings.head_learning_rate or settings.learning_rate
     groups = {
         (head, decayed): {
@@ -128,7 +130,7 @@ def parameter_groups(model: torch.nn.Module, settings: TrainSettings) -> list[di
     }
     for name, parameter in model.named_parameters():
         if parameter.requires_grad:
-            key = (is_head_parameter(name, fully_trained), parameter.ndim >= 2)
+            key = (is_head_parameter(name, settings.lora), parameter.ndim >= 2)
             groups[key]["params"].append(parameter)
     return [group for group in groups.values() if group["params"]]
 
@@ -198,6 +200,7 @@ def save_outputs(
     model_dir: Path,
     dist: Distributed,
     mlflow_run_id: str | None,
+    head_init: dict[str, Any],
 ) -> None:
     """The adapter (or the whole model) with tokenizer, label map and provenance; every rank
     calls this, because under ZeRO-3 the weights are gathered from all of them."""
@@ -207,8 +210,10 @@ def save_outputs(
     if settings.lora.enabled:
         saved = [p for p in saved if p.requires_grad]
     with deepspeed.zero.GatheredParameters(saved, enabled=engine.zero_optimization_stage() == 3):
-        if dist.is_main:
+        if dist.is_main and settings.lora.enabled:
             model.save_pretrained(paths.output_dir)
+        elif dist.is_main:
+            save_full_classifier(model, paths.output_dir)
     if dist.is_main:
         tokenizer.save_pretrained(paths.output_dir)
         shutil.copyfile(paths.label_map, paths.output_dir / LABEL_MAP)
@@ -216,13 +221,12 @@ def save_outputs(
             "base_model": settings.model,
             "base_model_path": str(model_dir),
             "settings": settings.to_dict(),
+            "head_init": head_init,
             "world_size": dist.world_size,
             # The MLflow run of the workflow run that trained it: predictions name it.
             "mlflow_run_id": mlflow_run_id,
         }
         write_json(paths.output_dir / TRAINING_INFO, info)
-        if settings.merge_adapter:
-            merge_adapter(paths.output_dir, paths.output_dir / "merged")
     barrier()
 
 
@@ -269,7 +273,8 @@ def train(
     """
     started = time.perf_counter()
     dist = init_distributed()
-    labels = json.loads(paths.label_map.read_text(encoding="utf-8"))["labels"]
+    label_map = json.loads(paths.label_map.read_text(encoding="utf-8"))
+    labels = label_map["labels"]
     model_dir = resolve_model_dir(settings.model)
     tokenizer = load_tokenizer(model_dir)
     train_split = TokenizedSplit.read(paths.train, tokenizer, settings.max_length, len(labels))
@@ -290,11 +295,19 @@ def train(
 
     # One seed on every rank: the new head and the adapters start out identical everywhere.
     set_seed(settings.seed)
-    model = build_model(
-        model_dir, tokenizer, labels, settings.lora, settings.gradient_checkpointing
-    )
+    model = build_model(model_dir, labels, settings.head)
     counts = label_counts(train_split.label_ids, len(labels))
     weights = class_weights(counts, settings.class_weight_alpha)
+    # Before DeepSpeed partitions the parameters (ZeRO-3), so every rank sets whole rows.
+    head_init = {"method": resolve_head_init(settings.head_init, label_map)}
+    if head_init["method"] == "label_text":
+        head_init["seconds"] = init_head_from_texts(
+            model, tokenizer, class_texts(label_map), settings.max_length
+        )
+    unseen = counts == 0
+    hold_rows(model.classifier, torch.from_numpy(unseen))
+    head_init["held_classes"] = int(unseen.sum())
+    model = prepare_for_training(model, settings.lora, settings.gradient_checkpointing)
     engine, *_ = deepspeed.initialize(
         model=model,
         model_parameters=parameter_groups(model, settings),
@@ -309,6 +322,8 @@ def train(
     inputs = {"train": paths.train, "validation": paths.validation, "label_map": paths.label_map}
     run_id = fingerprint(
         {
+            # Code that computes differently must not resume the old code's checkpoints.
+            "code": code_sha256(Path(__file__)),
             "settings": {k: v for k, v in settings.to_dict().items() if k not in RUN_ONLY_KEYS},
             "deepspeed": ds_config,
             "inputs": {name: sha256_file(path) for name, path in inputs.items()},
@@ -417,7 +432,7 @@ def train(
         torch_dist.destroy_process_group()
         return None
 
-    save_outputs(engine, tokenizer, settings, paths, model_dir, dist, mlflow_run_id)
+    save_outputs(engine, tokenizer, settings, paths, model_dir, dist, mlflow_run_id, head_init)
     final = history[-1]
     seconds = sum(r["seconds"] for r in history)
     metrics = {
@@ -441,6 +456,10 @@ def train(
     torch_dist.destroy_process_group()
     if dist.is_main:
         # Once the process group is gone, so that no rank waits in a collective meanwhile.
+        if head_init["method"] == "label_text":
+            represent_unseen_classes(paths.output_dir, class_texts(label_map), unseen)
+        if settings.merge_adapter:
+            merge_adapter(paths.output_dir, paths.output_dir / "merged")
         metrics["temperature"] = calibrate_model(paths.output_dir, paths.validation)["temperature"]
         # Sealed like a checkpoint, so the upload can prove every file of it.
         write_manifest(paths.output_dir, {"model": settings.model})

@@ -6,13 +6,12 @@ import torch
 import torch.nn.functional as F
 
 from account_tax.loss import (
-    IGNORE_INDEX,
     class_weights,
     forward_loss,
     label_counts,
     weighted_cross_entropy,
 )
-from account_tax.model import load_sequence_classifier, load_tokenizer
+from account_tax.model import build_model, load_tokenizer
 
 
 def test_weights_follow_the_formula():
@@ -47,30 +46,37 @@ def test_counts_come_from_the_train_label_ids_with_every_class(ledger):
     assert label_counts(np.array([0, 2, 2, 4]), 6).tolist() == [1, 0, 2, 0, 1, 0]
 
 
-def test_mean_is_the_weighted_average_and_ignored_rows_do_not_count():
+def test_mean_is_the_weighted_average():
     torch.manual_seed(0)
     logits = torch.randn(4, 3)
-    labels = torch.tensor([0, IGNORE_INDEX, 2, 2])
+    labels = torch.tensor([0, 1, 2, 2])
     weights = torch.tensor([0.5, 1.0, 2.0])
-    kept = torch.tensor([0, 2, 3])
-    nll = F.cross_entropy(logits[kept], labels[kept], reduction="none")
-    expected = (weights[labels[kept]] * nll).sum() / weights[labels[kept]].sum()
+    nll = F.cross_entropy(logits, labels, reduction="none")
+    expected = (weights[labels] * nll).sum() / weights[labels].sum()
     assert weighted_cross_entropy(logits, labels, weights).item() == pytest.approx(expected.item())
 
 
 # The GPU case runs where there is a GPU; elsewhere it is not collected (rather than skipped).
 @pytest.mark.parametrize("device", ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
-def test_weights_are_cast_to_the_logits_dtype_and_device(device):
-    logits = torch.randn(3, 4, device=device).to(torch.bfloat16)
-    labels = torch.tensor([0, 1, 3], device=device)
-    loss = weighted_cross_entropy(logits, labels, torch.rand(4))  # float32 weights on the CPU
-    assert loss.dtype == torch.bfloat16
+def test_the_loss_of_bf16_logits_is_computed_in_float32_on_their_device(device):
+    torch.manual_seed(0)
+    logits = (torch.randn(64, 300, device=device) * 4).to(torch.bfloat16).requires_grad_()
+    labels = torch.randint(0, 300, (64,), device=device)
+    weights = torch.rand(300)  # float32 weights on the CPU
+    loss = weighted_cross_entropy(logits, labels, weights)
+    assert loss.dtype == torch.float32
     assert loss.device.type == device
+    exact = F.cross_entropy(
+        logits.detach().double(), labels, weight=weights.double().to(device)
+    ).item()
+    assert loss.item() == pytest.approx(exact, rel=1e-6)
+    loss.backward()
+    assert logits.grad.dtype == torch.bfloat16
 
 
 def test_labels_stay_out_of_the_model_forward(tiny_bert):
     tokenizer = load_tokenizer(tiny_bert)
-    model = load_sequence_classifier(tiny_bert, tokenizer, ["a", "b", "c"])
+    model = build_model(tiny_bert, ["a", "b", "c"], "linear")
     calls = []
     model.register_forward_pre_hook(
         lambda module, args, kwargs: calls.append(dict(kwargs)), with_kwargs=True

@@ -2,7 +2,13 @@ import pytest
 import torch
 
 from account_tax.errors import DataError
-from account_tax.model import build_model, load_tokenizer, modules_to_save, resolve_model_dir
+from account_tax.model import (
+    build_model,
+    fully_trained_modules,
+    load_tokenizer,
+    prepare_for_training,
+    resolve_model_dir,
+)
 from account_tax.train_settings import LoraSettings, TrainSettings
 from account_tax.training import parameter_groups
 
@@ -19,48 +25,59 @@ def trainable(model):
     return [name for name, p in model.named_parameters() if p.requires_grad]
 
 
-def test_encoder_gets_query_value_adapters_and_a_trained_head_and_pooler(tiny_bert):
-    model = build_model(tiny_bert, load_tokenizer(tiny_bert), LABELS, LoraSettings(r=4), False)
+def model_for(folder, lora, head="linear", checkpointing=False):
+    return prepare_for_training(build_model(folder, LABELS, head), lora, checkpointing)
+
+
+def test_encoder_gets_query_value_adapters_a_trained_head_and_no_pooler(tiny_bert):
+    model = model_for(tiny_bert, LoraSettings(r=4))
     assert adapted_modules(model) == {"query", "value"}
-    for module in ("classifier", "pooler"):
-        in_full = [name for name in trainable(model) if f".{module}." in name]
-        assert in_full and all("modules_to_save" in name for name in in_full)
-    others = [n for n in trainable(model) if "classifier" not in n and "pooler" not in n]
+    in_full = [name for name in trainable(model) if ".classifier." in name]
+    assert in_full and all("modules_to_save" in name for name in in_full)
+    others = [n for n in trainable(model) if "classifier" not in n]
     assert others and all("lora_" in name for name in others)
+    assert not any("pooler" in name for name, _ in model.named_parameters())
     assert model.config.num_labels == len(LABELS)
+    assert model.base_model.model.pooling == "mean"
 
 
-@pytest.mark.parametrize(
-    ("in_full", "trained"), [((), {"classifier"}), (("pooler", "LayerNorm"), None)]
-)
-def test_modules_trained_in_full_come_from_the_settings(tiny_bert, in_full, trained):
+@pytest.mark.parametrize("in_full", [(), ("LayerNorm",)])
+def test_modules_trained_in_full_come_from_the_settings(tiny_bert, in_full):
     lora = LoraSettings(r=4, modules_to_save=in_full)
-    model = build_model(tiny_bert, load_tokenizer(tiny_bert), LABELS, lora, False)
-    assert modules_to_save(model, lora) == in_full
+    model = model_for(tiny_bert, lora)
+    assert fully_trained_modules(lora) == ("classifier", *in_full)
     saved = {
         part
         for name in trainable(model)
         if "modules_to_save" in name
         for part in name.split(".")
-        if part in {"classifier", "pooler", "LayerNorm"}
+        if part in {"classifier", "LayerNorm"}
     }
-    assert saved == (trained or {"classifier", *in_full})
+    assert saved == {"classifier", *in_full}
 
 
 def test_decoder_pads_with_eos_and_gets_q_v_adapters(tiny_llama):
     tokenizer = load_tokenizer(tiny_llama)
     assert tokenizer.pad_token == tokenizer.eos_token == "</s>"
-    model = build_model(tiny_llama, tokenizer, LABELS, LoraSettings(r=4), False)
-    assert model.config.pad_token_id == tokenizer.eos_token_id
+    model = model_for(tiny_llama, LoraSettings(r=4))
     assert adapted_modules(model) == {"q_proj", "v_proj"}
-    assert modules_to_save(model, LoraSettings()) == ()  # no pooler in a decoder
-    assert all("lora_" in name or ".score." in name for name in trainable(model))
-    assert any("score" in name for name in trainable(model))
+    assert model.base_model.model.pooling == "last"
+    assert all("lora_" in name or ".classifier." in name for name in trainable(model))
+    assert any("classifier" in name for name in trainable(model))
 
 
-def test_decoder_classifies_from_the_last_real_token_whatever_the_padding(tiny_llama):
-    tokenizer = load_tokenizer(tiny_llama)
-    model = build_model(tiny_llama, tokenizer, LABELS, LoraSettings(enabled=False), False).eval()
+# Left padding only for the decoder: an encoder's absolute positions would shift.
+@pytest.mark.parametrize(
+    ("model_name", "padding_side"),
+    [("tiny_llama", "right"), ("tiny_llama", "left"), ("tiny_bert", "right")],
+)
+def test_a_record_gets_the_same_logits_alone_or_padded_in_a_batch(
+    request, model_name, padding_side
+):
+    folder = request.getfixturevalue(model_name)
+    tokenizer = load_tokenizer(folder)
+    tokenizer.padding_side = padding_side
+    model = model_for(folder, LoraSettings(enabled=False)).eval()
     texts = ["rent", "vendor: hilton hotel | memo: hotel night conference | amount: 310"]
     with torch.no_grad():
         together = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits
@@ -69,22 +86,20 @@ def test_decoder_classifies_from_the_last_real_token_whatever_the_padding(tiny_l
 
 
 def test_target_modules_from_the_settings(tiny_bert):
-    lora = LoraSettings(r=4, target_modules=("query", "key", "dense"))
-    model = build_model(tiny_bert, load_tokenizer(tiny_bert), LABELS, lora, False)
+    model = model_for(tiny_bert, LoraSettings(r=4, target_modules=("query", "key", "dense")))
     assert adapted_modules(model) == {"query", "key", "dense"}
 
 
 def test_full_fine_tuning_trains_every_weight(tiny_bert):
-    model = build_model(
-        tiny_bert, load_tokenizer(tiny_bert), LABELS, LoraSettings(enabled=False), True
-    )
+    model = model_for(tiny_bert, LoraSettings(enabled=False), checkpointing=True)
     assert all(p.requires_grad for p in model.parameters())
-    assert model.is_activation_checkpointing
+    assert model.backbone.is_activation_checkpointing
 
 
-def test_gradient_checkpointing_with_lora_still_trains_the_adapters(tiny_bert):
+@pytest.mark.parametrize("head", ["linear", "cosine"])
+def test_gradient_checkpointing_with_lora_still_trains_the_adapters(tiny_bert, head):
     tokenizer = load_tokenizer(tiny_bert)
-    model = build_model(tiny_bert, tokenizer, LABELS, LoraSettings(r=4), True).train()
+    model = model_for(tiny_bert, LoraSettings(r=4), head, checkpointing=True).train()
     batch = tokenizer(["memo rent", "taxi to the airport"], padding=True, return_tensors="pt")
     model(**batch).logits.sum().backward()
     # lora_B starts at zero, so only its gradient is non-zero at the first step.
@@ -106,8 +121,9 @@ def test_the_default_model_package_resolves():
 
 
 @pytest.mark.parametrize("lora", [LoraSettings(r=4), LoraSettings(enabled=False)])
-def test_the_head_and_pooler_learn_at_the_head_rate_and_vectors_are_not_decayed(tiny_bert, lora):
-    model = build_model(tiny_bert, load_tokenizer(tiny_bert), LABELS, lora, False)
+@pytest.mark.parametrize("head", ["linear", "cosine"])
+def test_the_head_learns_at_the_head_rate_and_vectors_are_not_decayed(tiny_bert, lora, head):
+    model = model_for(tiny_bert, lora, head)
     settings = TrainSettings(
         learning_rate=1e-3, head_learning_rate=2e-2, weight_decay=0.1, lora=lora
     )
@@ -117,7 +133,7 @@ def test_the_head_and_pooler_learn_at_the_head_rate_and_vectors_are_not_decayed(
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     assert len(group_of) == len(named)  # every trainable parameter, once
     for name, parameter in named:
-        head = ".classifier." in name or ".pooler." in name or name.startswith("classifier.")
+        head = ".classifier." in name or name.startswith("classifier.")
         assert group_of[id(parameter)]["lr"] == (2e-2 if head else 1e-3), name
         assert group_of[id(parameter)]["weight_decay"] == (0.1 if parameter.ndim > 1 else 0.0)
     # The training loop logs the first group's rate as the adapters' and the last as the head's.

@@ -181,11 +181,12 @@ def test_full_fine_tuning_without_validation_rows_saves_the_whole_model(
     assert metrics["steps"] == 20
     assert metrics["validation_loss"] is None and metrics["validation_accuracy"] is None
     assert (model_dir / "model.safetensors").is_file()
+    assert (model_dir / "classifier.safetensors").is_file()
     assert not (model_dir / "adapter_config.json").exists()
     trained = load_file(model_dir / "model.safetensors")
     base = load_file(tiny_bert / "model.safetensors")
-    embedding = "bert.embeddings.word_embeddings.weight"
-    assert not torch.equal(trained[embedding], base["embeddings.word_embeddings.weight"])
+    embedding = "embeddings.word_embeddings.weight"
+    assert not torch.equal(trained[embedding], base[embedding])
     model, tokenizer, _ = load_classifier(model_dir)
     assert predict_probabilities(model, tokenizer, ["memo rent"]).shape == (1, 5)
 

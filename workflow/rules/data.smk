@@ -118,7 +118,7 @@ rule split:
         code=code_sha256("split"),
         tracking=RUN_FILE,
         out_dir=lambda wildcards, output: Path(output.report).parent,
-        settings=settings("data", "split"),
+        settings=settings("data", "split", "evaluate.holdout_classes"),
     shell:
         "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
         " --input {input} --out-dir {params.out_dir} --plot {output.plot}"

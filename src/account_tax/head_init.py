@@ -1,0 +1,113 @@
+"""The head from the chart of accounts: each class's row starts as its text (`name: description`)
+embedded by the backbone and pooled as a record is, and a class without training rows ends as its
+text embedded by the trained model, so an account is reachable before it has a single posting."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from peft import PeftModel
+from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
+
+from account_tax.classifier import TextClassifier
+
+log = logging.getLogger(__name__)
+
+
+def class_texts(label_map: dict[str, Any]) -> list[str]:
+    """`name: description`, the name alone, or, for a class the chart leaves unnamed, its code."""
+    codes = label_map["labels"]
+    names = label_map.get("names") or [None] * len(codes)
+    descriptions = label_map.get("descriptions") or [None] * len(codes)
+    return [
+        ": ".join(part for part in (name or code, description) if part)
+        for code, name, description in zip(codes, names, descriptions, strict=True)
+    ]
+
+
+def resolve_head_init(requested: str, label_map: dict[str, Any]) -> str:
+    """`auto`: from the class texts where the classes have names, random otherwise."""
+    if requested != "auto":
+        return requested
+    return "label_text" if any(label_map.get("names") or []) else "random"
+
+
+@torch.no_grad()
+def embed_texts(
+    model: TextClassifier,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: list[str],
+    max_length: int,
+    batch_size: int = 64,
+) -> torch.Tensor:
+    """[len(texts), hidden] pooled embeddings, in the order of `texts`."""
+    was_training = model.training
+    model.eval()
+    collate = DataCollatorWithPadding(tokenizer)
+    encoded = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+    device = next(model.parameters()).device
+    chunks = []
+    for start in range(0, len(encoded), batch_size):
+        batch = collate([{"input_ids": ids} for ids in encoded[start : start + batch_size]])
+        batch = batch.to(device)
+        chunks.append(model.embed(batch["input_ids"], batch["attention_mask"]).float())
+    model.train(was_training)
+    return torch.cat(chunks)
+
+
+@torch.no_grad()
+def init_head_from_texts(
+    model: TextClassifier, tokenizer: PreTrainedTokenizerBase, texts: list[str], max_length: int
+) -> float:
+    """Each row of the head becomes its class text's embedding, scaled to the norm the random
+    initialisation gives a row (the norm the head's learning rate is tuned for); the bias starts
+    at zero. Returns the seconds the embedding took."""
+    started = time.perf_counter()
+    embeddings = embed_texts(model, tokenizer, texts, max_length)
+    head = model.classifier
+    norm = head.weight.norm(dim=1).mean()
+    head.weight.copy_(F.normalize(embeddings, dim=1).to(head.weight.dtype) * norm)
+    if hasattr(head, "bias"):
+        head.bias.zero_()
+    seconds = time.perf_counter() - started
+    log.info("head initialised from %d class texts in %.1f s", len(texts), seconds)
+    return seconds
+
+
+def text_classifier(model: torch.nn.Module) -> TextClassifier:
+    """The TextClassifier inside a peft model (its backbone carries the adapters), or itself."""
+    return model.base_model.model if isinstance(model, PeftModel) else model
+
+
+def trained_head(model: torch.nn.Module) -> torch.nn.Module:
+    """The head the model applies: under peft, its trained copy (modules_to_save)."""
+    head = text_classifier(model).classifier
+    return head.modules_to_save["default"] if hasattr(head, "modules_to_save") else head
+
+
+@torch.no_grad()
+def embed_classes_without_rows(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: list[str],
+    rows: np.ndarray,
+    max_length: int,
+) -> None:
+    """Set the head's rows of the classes without training rows (`rows`, a boolean mask) to
+    their texts as the trained model embeds them, so that they are compared with a record in the
+    space the training moved records to. A linear head's rows get the mean norm and the mean bias
+    of the trained rows, so that they compete on the same footing."""
+    if not rows.any() or rows.all():
+        return
+    embeddings = embed_texts(text_classifier(model), tokenizer, texts, max_length)
+    head = trained_head(model)
+    held = torch.from_numpy(rows)
+    norm = head.weight[~held].norm(dim=1).mean()
+    head.weight[held] = (F.normalize(embeddings[held], dim=1) * norm).to(head.weight.dtype)
+    if hasattr(head, "bias"):
+        head.bias[held] = head.bias[~held].mean()
