@@ -271,7 +271,12 @@ def run_hf(spec: dict[str, Any], case_dir: Path, scratch: Path, group_by_length:
 
     from account_tax.batching import TokenizedSplit
     from account_tax.loss import class_weights, forward_loss, label_counts
-    from account_tax.model import build_model, load_tokenizer, resolve_model_dir
+    from account_tax.model import (
+        build_model,
+        load_tokenizer,
+        prepare_for_training,
+        resolve_model_dir,
+    )
 
     settings = settings_for(spec, group_by_length)
     ds_config = json.loads(DEEPSPEED_CONFIG.read_text())
@@ -284,8 +289,10 @@ def run_hf(spec: dict[str, Any], case_dir: Path, scratch: Path, group_by_length:
     )
     weights = class_weights(label_counts(split.label_ids, len(labels)), settings.class_weight_alpha)
     set_seed(settings.seed)  # as ours: the same new head and adapters
-    model = build_model(
-        model_dir, tokenizer, labels, settings.lora, settings.gradient_checkpointing
+    model = prepare_for_training(
+        build_model(model_dir, labels, settings.head),
+        settings.lora,
+        settings.gradient_checkpointing,
     )
     cuda = spec["device"] == "cuda"
     steps_per_epoch = -(-len(split) // settings.per_device_batch_size)

@@ -184,7 +184,8 @@ def main() -> None:
     test = predictions_frame(splits["test"], test_scores[shipped].calibrated, 3, labels)
     write_parquet(test.with_columns(pl.lit(shipped).alias("candidate")), args.predictions)
 
-    plot_training_curves(read_history(args.history), args.curves)
+    exported = read_training_info(args.model).get("exported") or {}
+    plot_training_curves(read_history(args.history), args.curves, exported.get("step"))
     plot_confusion_matrix(
         test[LABEL_ID].to_numpy(), test[PREDICTED_LABEL_ID].to_numpy(), labels, args.confusion
     )

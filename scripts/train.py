@@ -24,7 +24,14 @@ from account_tax.tracking import log_history, log_stage, read_run
 from account_tax.train_settings import TrainSettings
 from account_tax.training import TrainPaths, train
 
-HISTORY_SERIES = ("loss", "lr", "samples_per_s", "validation_loss", "validation_accuracy")
+HISTORY_SERIES = (
+    "loss",
+    "lr",
+    "samples_per_s",
+    "validation_loss",
+    "validation_accuracy",
+    "validation_macro_f1",
+)
 
 
 def parse_args() -> argparse.Namespace:
@@ -77,7 +84,13 @@ def main() -> None:
     metrics = train(settings, paths, args.segment, mlflow_run_id)
     if metrics is not None and rank == "0":
         numeric = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
-        log_stage(args.tracking, "train", numeric, [args.metrics, args.history])
+        log_stage(
+            args.tracking,
+            "train",
+            numeric,
+            [args.metrics, args.history],
+            tags={"stopped": metrics["stopped"]},
+        )
         history = [json.loads(line) for line in args.history.read_text().splitlines()]
         log_history(args.tracking, "train", history, HISTORY_SERIES)
 

@@ -60,6 +60,10 @@ def test_training_curves_plot_each_series_where_it_was_recorded(tmp_path):
     assert series["lr"] == ([1, 2, 3, 4], [1e-4, 2e-4, 1e-4, 0.0])
     assert series["head_lr"] == ([1, 2, 3], [1e-3, 2e-3, 1e-3])
     assert_png(path)
+    marked = tmp_path / "plots" / "marked.png"
+    plot_training_curves(HISTORY, marked, exported_step=2)
+    assert_png(marked)
+    assert marked.read_bytes() != path.read_bytes()
 
 
 def test_confusion_keeps_the_most_frequent_classes_and_folds_the_rest():

@@ -96,6 +96,30 @@ def test_policy_keeps_the_last_k_and_the_best():
     assert checkpoints[3].reasons == ["best validation_accuracy (max): 0.9"]
 
 
+def test_the_checkpoint_training_will_export_is_kept():
+    """The newest manifest names the best epoch's checkpoint (train.early_stopping), whatever
+    retain's own metric says."""
+
+    def checkpoint(step, best_step, **metrics):
+        files = {"model.bin": "0" * 64}
+        manifest = {"step": step, "metrics": metrics, "files": files, "best_step": best_step}
+        return Checkpoint(Path(f"step-{step}"), manifest)
+
+    checkpoints = [
+        checkpoint(1, 1, validation_loss=0.5),
+        checkpoint(2, 1, validation_loss=0.2),
+        checkpoint(3, 1, validation_loss=0.3),
+        checkpoint(4, 1, validation_loss=0.4),
+    ]
+    choose_kept(checkpoints, RetainSettings(keep_last=1))
+    assert [c.reasons for c in checkpoints] == [
+        ["the best epoch's, which training exports"],
+        ["best validation_loss (min): 0.2"],
+        [],
+        ["one of the last 1"],
+    ]
+
+
 def test_deletes_only_proven_checkpoints(tmp_path, upload_settings, run_info, caplog):
     run_dir, receipts = tmp_path / "checkpoints" / "run-abc", tmp_path / "receipts"
     losses = {100: 0.5, 200: 0.2, 300: 0.4, 400: 0.45, 500: 0.6, 600: 0.3, 700: 0.35}

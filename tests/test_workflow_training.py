@@ -51,6 +51,8 @@ def trained(tmp_path_factory, s3_server):
         "checkpoint_every_steps": 4,
         "segments": 2,
         "lora": {"r": 4, "alpha": 8},
+        # Every epoch, so that both segments train (early stopping has tests of its own).
+        "early_stopping": {"patience": None},
     }
     config["predict"] = {"inputs": {"new": str(new_records)}}
     # The ledger is small: a threshold may rest on two validation rows, so both decisions occur.
@@ -273,11 +275,12 @@ def test_checkpoints_and_model_are_in_s3_with_receipts_and_retention_kept_what_i
     steps = [receipt["step"] for receipt in receipts]
     assert sorted(set(steps)) == [4, 6, 8, 12, 16, 18, 20, 24]
 
-    # keep_last 1 and the best validation loss stay; every other checkpoint was deleted, and
-    # only after its receipt proved its upload.
+    # keep_last 1, the best validation loss and the exported model's checkpoint stay; every
+    # other checkpoint was deleted, and only after its receipt proved its upload.
     report = json.loads((workdir / "results/retain/segment-2.json").read_text())
     kept = {entry["step"] for entry in report["kept"]}
-    assert 24 in kept and len(kept) <= 2
+    info = json.loads((workdir / "results/train/model/training_info.json").read_text())
+    assert {24, info["exported"]["step"]} <= kept and len(kept) <= 3
     local = sorted(p.name for p in (workdir / "checkpoints/train").glob("run-*/step-*"))
     assert len(local) == len(kept)
     deleted_everywhere = {

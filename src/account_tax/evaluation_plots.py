@@ -88,9 +88,10 @@ def history_series(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[list
 
 
 def plot_training_curves(
-    history: Sequence[Mapping[str, Any]], path: Path
+    history: Sequence[Mapping[str, Any]], path: Path, exported_step: int | None = None
 ) -> dict[str, tuple[list, list]]:
-    """Train loss per step with validation loss on top, and the learning-rate schedules below."""
+    """Train loss per step with validation loss on top, and the learning-rate schedules below;
+    a dashed line at the step whose model was exported (train.early_stopping)."""
     series = history_series(history)
     fig, (loss_ax, lr_ax) = plt.subplots(2, 1, sharex=True, figsize=(9, 6), dpi=100)
     loss_ax.plot(*series["loss"], color="#4C72B0", linewidth=1, label="train loss (per step)")
@@ -108,6 +109,16 @@ def plot_training_curves(
     lr_ax.set_ylabel("learning rate")
     lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
     lr_ax.grid(alpha=0.3)
+    if exported_step is not None:
+        for axis in (loss_ax, lr_ax):
+            axis.axvline(exported_step, color="#555555", linestyle="--", linewidth=1)
+        loss_ax.annotate(
+            f" exported model (step {exported_step})",
+            (exported_step, 1),
+            xycoords=("data", "axes fraction"),
+            va="top",
+            fontsize=8,
+        )
     _save(fig, path)
     return series
 

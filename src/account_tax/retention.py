@@ -1,7 +1,8 @@
 """Free local disk: delete old checkpoints, but only those whose upload to S3 is proven.
 
 Kept per run folder (the parent of the `step-*` folders): the last `keep_last` complete
-checkpoints by step, and the best one by a metric of its manifest. Any other checkpoint is
+checkpoints by step, the best one by a metric of its manifest, and the one the newest manifest
+names as the best epoch's (`best_step`: the model training exports). Any other checkpoint is
 deleted only when all of these hold at the moment of deletion:
 
 * an upload receipt names it as its source (the receipt exists only after every object was
@@ -131,13 +132,19 @@ def proven_by(directory: Path, receipt: dict[str, Any]) -> str | None:
 
 
 def choose_kept(checkpoints: list[Checkpoint], settings: RetainSettings) -> None:
-    """Give reasons to the checkpoints that stay: incomplete, last `keep_last`, or best."""
+    """Give reasons to the checkpoints that stay: incomplete, last `keep_last`, best by the
+    metric, or the one training will export (train.early_stopping)."""
     complete = sorted((c for c in checkpoints if c.manifest), key=lambda c: c.step)
     for checkpoint in checkpoints:
         if checkpoint.manifest is None:
             checkpoint.reasons.append("incomplete manifest: being written or damaged; not touched")
     for checkpoint in complete[-settings.keep_last :]:
         checkpoint.reasons.append(f"one of the last {settings.keep_last}")
+    # The newest checkpoint names the best epoch's, which training will export at its end.
+    exported = complete[-1].manifest.get("best_step") if complete else None
+    for checkpoint in complete:
+        if checkpoint.step == exported:
+            checkpoint.reasons.append("the best epoch's, which training exports")
     scored = [c for c in complete if c.metric(settings.metric) is not None]
     if scored:
         pick = min if settings.mode == "min" else max

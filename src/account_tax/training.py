@@ -42,7 +42,7 @@ from account_tax.head_init import class_texts, init_head_from_texts, resolve_hea
 from account_tax.inference import calibrate_model, merge_adapter, represent_unseen_classes
 from account_tax.io import sha256_file, write_json
 from account_tax.loss import class_weights, forward_loss, label_counts
-from account_tax.manifest import write_manifest
+from account_tax.manifest import step_name, write_manifest
 from account_tax.model import (
     LABEL_MAP,
     TRAINING_INFO,
@@ -52,7 +52,7 @@ from account_tax.model import (
     prepare_for_training,
     resolve_model_dir,
 )
-from account_tax.train_settings import RUN_ONLY_KEYS, TrainSettings
+from account_tax.train_settings import RUN_ONLY_KEYS, EarlyStoppingSettings, TrainSettings
 
 log = logging.getLogger(__name__)
 
@@ -170,12 +170,16 @@ def evaluate(
     settings: TrainSettings,
     dist: Distributed,
 ) -> dict[str, float]:
-    """Weighted loss (the training objective) and accuracy over the whole split, all ranks."""
+    """Weighted loss (the training objective), accuracy and macro-F1 (over the classes in the
+    split, as evaluate computes it) over the whole split, all ranks."""
     batches, counted = evaluation_batches(
         split.lengths, settings.per_device_batch_size, dist.world_size, dist.rank
     )
     loader = make_loader(split, batches, tokenizer, settings.dataloader)
     totals = torch.zeros(4, dtype=torch.float64, device=dist.device)
+    num_labels = len(weights)
+    # Per class: true positives, predictions, true rows.
+    counts = torch.zeros(3, num_labels, dtype=torch.float64, device=dist.device)
     engine.eval()
     for index, batch in enumerate(watched(loader, settings.dataloader, "validation")):
         batch = {name: tensor.to(dist.device) for name, tensor in batch.items()}
@@ -183,13 +187,50 @@ def evaluate(
         if index < counted:
             labels = batch["labels"]
             weight_sum = weights.to(dist.device)[labels].sum().double()
-            correct = (logits.argmax(dim=-1) == labels).sum().double()
+            predicted = logits.argmax(dim=-1)
+            correct = (predicted == labels).sum().double()
             rows = torch.tensor(len(labels), dtype=torch.float64, device=dist.device)
             totals += torch.stack([loss.double() * weight_sum, weight_sum, correct, rows])
+            hits = labels[predicted == labels]
+            for row, ids in enumerate((hits, predicted, labels)):
+                counts[row] += torch.bincount(ids, minlength=num_labels).double()
     engine.train()
     torch_dist.all_reduce(totals)
+    torch_dist.all_reduce(counts)
     loss_sum, weight_sum, correct, rows = totals.tolist()
-    return {"validation_loss": loss_sum / weight_sum, "validation_accuracy": correct / rows}
+    true_positives, predictions, truths = counts
+    present = truths > 0
+    f1 = 2 * true_positives[present] / (predictions[present] + truths[present])
+    return {
+        "validation_loss": loss_sum / weight_sum,
+        "validation_accuracy": correct / rows,
+        "validation_macro_f1": f1.mean().item(),
+    }
+
+
+def best_epoch(history: list[dict[str, Any]], stopping: EarlyStoppingSettings) -> dict | None:
+    """The epoch-end record of the best model: the last one that improved on every earlier one
+    by more than min_delta; None without validation scores."""
+    best = None
+    for record in history:
+        value = record.get(stopping.metric)
+        if value is not None and (best is None or stopping.improves(value, best[stopping.metric])):
+            best = record
+    return best
+
+
+def stop_reason(history: list[dict[str, Any]], stopping: EarlyStoppingSettings) -> str | None:
+    """Why training stops early, or None while it goes on."""
+    best = best_epoch(history, stopping)
+    if stopping.patience is None or best is None:
+        return None
+    since = [r for r in history if r.get(stopping.metric) is not None and r["step"] > best["step"]]
+    if len(since) < stopping.patience:
+        return None
+    return (
+        f"{stopping.metric} not better than {best[stopping.metric]:.4f} (step {best['step']}) "
+        f"by more than {stopping.min_delta} for {len(since)} epoch(s)"
+    )
 
 
 def save_outputs(
@@ -201,6 +242,7 @@ def save_outputs(
     dist: Distributed,
     mlflow_run_id: str | None,
     head_init: dict[str, Any],
+    exported: dict[str, Any],
 ) -> None:
     """The adapter (or the whole model) with tokenizer, label map and provenance; every rank
     calls this, because under ZeRO-3 the weights are gathered from all of them."""
@@ -222,6 +264,7 @@ def save_outputs(
             "base_model_path": str(model_dir),
             "settings": settings.to_dict(),
             "head_init": head_init,
+            "exported": exported,
             "world_size": dist.world_size,
             # The MLflow run of the workflow run that trained it: predictions name it.
             "mlflow_run_id": mlflow_run_id,
@@ -364,6 +407,10 @@ def train(
     step = start_step
     # A re-run of a finished segment finds its checkpoint (or a later one) and trains nothing.
     first_epoch = start_step // steps_per_epoch if start_step < stop_step else settings.epochs
+    # Stopped early: a resume after the stop trains no further (the last epoch is no stop).
+    stopped = stop_reason(history, settings.early_stopping) if start_step < total_steps else None
+    if stopped is not None:
+        first_epoch = settings.epochs
     for epoch in range(first_epoch, settings.epochs):
         planned = epoch_batches(
             train_split.lengths, batch_size, settings.seed, epoch, settings.group_by_length
@@ -410,38 +457,71 @@ def train(
                 progress.update()
                 if "validation_loss" in record:
                     log.info(
-                        "epoch %d: validation loss %.4f, accuracy %.4f",
+                        "epoch %d: validation loss %.4f, accuracy %.4f, macro-F1 %.4f",
                         epoch + 1,
                         record["validation_loss"],
                         record["validation_accuracy"],
+                        record["validation_macro_f1"],
                     )
             if epoch_end or step % settings.checkpoint_every_steps == 0 or step == stop_step:
+                best = best_epoch(history, settings.early_stopping)
                 manifest = {
                     "step": step,
                     "epoch": record["epoch"],
                     "metrics": {k: v for k, v in record.items() if k not in ("step", "epoch")},
+                    # Retention keeps it: the model that will be exported.
+                    "best_step": best["step"] if best else None,
                 }
                 save_checkpoint(engine, run_dir, dist, manifest, history)
+            last = step == total_steps
+            stopped = (
+                stop_reason(history, settings.early_stopping) if epoch_end and not last else None
+            )
+            if stopped is not None:
+                break
+        if stopped is not None:
+            if dist.is_main:
+                log.info("early stopping at step %d: %s", step, stopped)
+            break
     progress.close()
     if dist.is_main and paths.segment_marker is not None:
         write_segment_marker(
-            paths.segment_marker, segment, settings, run_dir, stop_step, total_steps
+            paths.segment_marker, segment, settings, run_dir, min(step, stop_step), total_steps
         )
     if stop_step < total_steps:
         barrier()
         torch_dist.destroy_process_group()
         return None
 
-    save_outputs(engine, tokenizer, settings, paths, model_dir, dist, mlflow_run_id, head_init)
-    final = history[-1]
+    best = best_epoch(history, settings.early_stopping)
+    if best is not None and best["step"] != step:
+        # Every rank: the weights of the best epoch's checkpoint, as on a resume.
+        load_checkpoint(engine, run_dir / step_name(best["step"]), dist)
+    final = best or history[-1]
+    exported = {
+        "step": final["step"],
+        "epoch": final["epoch"],
+        "metric": settings.early_stopping.metric if best else None,
+        "value": best[settings.early_stopping.metric] if best else None,
+        "stopped": stopped or "every epoch ran",
+    }
+    save_outputs(
+        engine, tokenizer, settings, paths, model_dir, dist, mlflow_run_id, head_init, exported
+    )
     seconds = sum(r["seconds"] for r in history)
     metrics = {
         # Mean over the last epoch's steps: one step's loss is one small batch's.
         "train_loss": sum(r["loss"] for r in history[-steps_per_epoch:]) / steps_per_epoch,
+        # The exported model's: the best epoch's.
         "validation_loss": final.get("validation_loss"),
         "validation_accuracy": final.get("validation_accuracy"),
+        "validation_macro_f1": final.get("validation_macro_f1"),
+        "exported_step": final["step"],
+        "stopped_early": stopped is not None,
+        "stopped": exported["stopped"],
         "steps": step,
         "epochs": settings.epochs,
+        "epochs_run": round(step / steps_per_epoch, 4),
         "train_rows": len(train_split),
         "world_size": dist.world_size,
         "precision": precision,
