@@ -112,7 +112,12 @@ def test_two_processes_killed_and_resumed_end_as_an_uninterrupted_run(
     ]
     final = json.loads((run_dir / "step-000000015" / "manifest.json").read_text())
     assert final["step"] == 15 and final["epoch"] == 3.0
-    assert final["metrics"]["validation_accuracy"] == reference["validation_accuracy"]
+    last_epoch = read_history(out / "history.jsonl")[-1]
+    assert final["metrics"]["validation_accuracy"] == last_epoch["validation_accuracy"]
+    # The exported model is the best epoch's (train.early_stopping), whichever that was.
+    exported = json.loads((out / "model" / "training_info.json").read_text())["exported"]
+    best = json.loads((run_dir / f"step-{exported['step']:09d}" / "manifest.json").read_text())
+    assert best["metrics"]["validation_accuracy"] == reference["validation_accuracy"]
     assert {"rng_state_rank0.pt", "rng_state_rank1.pt", "history.jsonl"} <= final["files"].keys()
 
 
