@@ -406,6 +406,16 @@ def curves(scores: dict[str, Scores]) -> dict[str, dict[str, Any]]:
     return result
 
 
+def unseen_class_scores(prefix: str, scores: dict[str, Any]) -> dict[str, float]:
+    """`<prefix>_unseen_classes_<metric>` for the scores of classes with no training rows (the
+    row and class counts left out)."""
+    return {
+        f"{prefix}_unseen_classes_{metric}": value
+        for metric, value in scores.items()
+        if metric not in ("rows", "classes") and value is not None
+    }
+
+
 def tracked_metrics(
     reports: dict[str, dict[str, Any]],
     comparison: dict[str, Any],
@@ -423,12 +433,9 @@ def tracked_metrics(
                 for metric in HEADLINE
                 if report[split][metric] is not None
             }
-            unseen = report[split].get("unseen_classes", {})
-            metrics |= {
-                f"{prefix}{split}_unseen_classes_{metric}": value
-                for metric, value in unseen.items()
-                if metric not in ("rows", "classes") and value is not None
-            }
+            metrics |= unseen_class_scores(
+                f"{prefix}{split}", report[split].get("unseen_classes", {})
+            )
             unseen_groups = report[split].get("unseen_groups", {})
             metrics |= {
                 f"{prefix}{split}_unseen_groups_{metric}": unseen_groups[metric]
@@ -455,11 +462,7 @@ def tracked_metrics(
             if value is not None:
                 metrics[f"{prefix}test_auto_{key}"] = value
     if unseen_classes is not None:
-        metrics |= {
-            f"{COMPARATOR}_test_unseen_classes_{metric}": value
-            for metric, value in unseen_classes[COMPARATOR].items()
-            if metric not in ("rows", "classes") and value is not None
-        }
+        metrics |= unseen_class_scores(f"{COMPARATOR}_test", unseen_classes[COMPARATOR])
     metrics["ensemble_weight"] = reports[ENSEMBLE]["weight"]
     if comparison["verdict"] is not None:
         difference = comparison["difference"]

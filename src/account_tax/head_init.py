@@ -61,6 +61,21 @@ def embed_texts(
 
 
 @torch.no_grad()
+def write_rows(
+    head: torch.nn.Module,
+    rows: torch.Tensor,
+    embeddings: torch.Tensor,
+    norm: torch.Tensor,
+    bias: float | torch.Tensor | None,
+) -> None:
+    """The head's `rows` (a boolean mask) become their embeddings at `norm`, with `bias` where
+    the head has one (a cosine head has none)."""
+    head.weight[rows] = (F.normalize(embeddings[rows], dim=1) * norm).to(head.weight.dtype)
+    if hasattr(head, "bias") and bias is not None:
+        head.bias[rows] = bias
+
+
+@torch.no_grad()
 def init_head_from_texts(
     model: TextClassifier, tokenizer: PreTrainedTokenizerBase, texts: list[str], max_length: int
 ) -> float:
@@ -70,10 +85,8 @@ def init_head_from_texts(
     started = time.perf_counter()
     embeddings = embed_texts(model, tokenizer, texts, max_length)
     head = model.classifier
-    norm = head.weight.norm(dim=1).mean()
-    head.weight.copy_(F.normalize(embeddings, dim=1).to(head.weight.dtype) * norm)
-    if hasattr(head, "bias"):
-        head.bias.zero_()
+    every = torch.ones(len(texts), dtype=torch.bool)
+    write_rows(head, every, embeddings, head.weight.norm(dim=1).mean(), bias=0.0)
     seconds = time.perf_counter() - started
     log.info("head initialised from %d class texts in %.1f s", len(texts), seconds)
     return seconds
@@ -107,7 +120,5 @@ def embed_classes_without_rows(
     embeddings = embed_texts(text_classifier(model), tokenizer, texts, max_length)
     head = trained_head(model)
     held = torch.from_numpy(rows)
-    norm = head.weight[~held].norm(dim=1).mean()
-    head.weight[held] = (F.normalize(embeddings[held], dim=1) * norm).to(head.weight.dtype)
-    if hasattr(head, "bias"):
-        head.bias[held] = head.bias[~held].mean()
+    bias = head.bias[~held].mean() if hasattr(head, "bias") else None
+    write_rows(head, held, embeddings, head.weight[~held].norm(dim=1).mean(), bias)

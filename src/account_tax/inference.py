@@ -64,12 +64,13 @@ def load_classifier(
     return Classifier(model.to(device).eval(), tokenizer, labels)
 
 
-def represent_unseen_classes(model_dir: Path, texts: list[str], rows: np.ndarray) -> None:
+def represent_unseen_classes(
+    model_dir: Path, texts: list[str], rows: np.ndarray, max_length: int
+) -> None:
     """Rewrite the saved head's rows of the classes without training rows from their texts as
     the trained model embeds them (see `head_init.embed_classes_without_rows`)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer, _ = load_classifier(model_dir, device)
-    max_length = read_training_info(model_dir)["settings"]["max_length"]
     embed_classes_without_rows(model, tokenizer, texts, rows, max_length)
     model = model.cpu()
     if isinstance(model, PeftModel):

@@ -537,7 +537,9 @@ def train(
     if dist.is_main:
         # Once the process group is gone, so that no rank waits in a collective meanwhile.
         if head_init["method"] == "label_text":
-            represent_unseen_classes(paths.output_dir, class_texts(label_map), unseen)
+            represent_unseen_classes(
+                paths.output_dir, class_texts(label_map), unseen, settings.max_length
+            )
         if settings.merge_adapter:
             merge_adapter(paths.output_dir, paths.output_dir / "merged")
         metrics["temperature"] = calibrate_model(paths.output_dir, paths.validation)["temperature"]
