@@ -31,6 +31,7 @@ from account_tax.model import (
     read_training_info,
     resolve_model_dir,
 )
+from account_tax.precision import inference_dtype
 from account_tax.predictions import read_labels, read_split
 from account_tax.serialize import LABEL_ID, TEXT
 
@@ -46,11 +47,13 @@ class Classifier(NamedTuple):
 
 
 def load_classifier(
-    model_dir: Path | str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+    model_dir: Path | str, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
 ) -> Classifier:
     """The model in eval mode: the base model named in training_info.json with the trained
-    adapter, or, for a fully fine-tuned or merged model, the folder's own weights."""
+    adapter, or, for a fully fine-tuned or merged model, the folder's own weights. In `dtype`,
+    by default bf16 where the device computes it natively (see `precision.inference_dtype`)."""
     model_dir = Path(model_dir)
+    dtype = dtype or inference_dtype(device)
     labels = read_labels(model_dir / LABEL_MAP)
     tokenizer = load_tokenizer(model_dir)
     info = read_training_info(model_dir)
@@ -61,7 +64,8 @@ def load_classifier(
         model = PeftModel.from_pretrained(base, model_dir)
     else:
         model = load_full_classifier(model_dir, labels, head, dtype)
-    return Classifier(model.to(device).eval(), tokenizer, labels)
+    # The adapter too: peft loads a bf16 adapter as fp32 next to a bf16 base otherwise.
+    return Classifier(model.to(device=device, dtype=dtype).eval(), tokenizer, labels)
 
 
 def represent_unseen_classes(
@@ -70,7 +74,8 @@ def represent_unseen_classes(
     """Rewrite the saved head's rows of the classes without training rows from their texts as
     the trained model embeds them (see `head_init.embed_classes_without_rows`)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer, _ = load_classifier(model_dir, device)
+    # fp32: the rows written are kept, and a fully trained model is saved whole.
+    model, tokenizer, _ = load_classifier(model_dir, device, torch.float32)
     embed_classes_without_rows(model, tokenizer, texts, rows, max_length)
     model = model.cpu()
     if isinstance(model, PeftModel):
@@ -82,7 +87,7 @@ def represent_unseen_classes(
 
 def merge_adapter(adapter_dir: Path, merged_dir: Path) -> None:
     """A standalone copy with the adapter folded into the base weights: no peft needed to use it."""
-    model, tokenizer, _ = load_classifier(adapter_dir)
+    model, tokenizer, _ = load_classifier(adapter_dir, dtype=torch.float32)
     save_full_classifier(model.merge_and_unload(), merged_dir)
     tokenizer.save_pretrained(merged_dir)
     for name in (LABEL_MAP, TRAINING_INFO):

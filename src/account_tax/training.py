@@ -52,6 +52,7 @@ from account_tax.model import (
     prepare_for_training,
     resolve_model_dir,
 )
+from account_tax.precision import resolve_precision
 from account_tax.train_settings import RUN_ONLY_KEYS, EarlyStoppingSettings, TrainSettings
 
 log = logging.getLogger(__name__)
@@ -77,17 +78,6 @@ class TrainPaths:
     history: Path | None = None
     # Where a segment says which run folder and step it reached (for upload and retention).
     segment_marker: Path | None = None
-
-
-def resolve_precision(requested: str, device: torch.device) -> str:
-    """`auto`: bf16 on GPUs that have it, fp16 with loss scaling on older ones, fp32 on CPU."""
-    if requested == "auto":
-        if device.type != "cuda":
-            return "fp32"
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    if requested != "fp32" and device.type != "cuda":
-        raise ValueError(f"train.precision {requested} needs a GPU; use auto or fp32 on CPU")
-    return requested
 
 
 def deepspeed_config(settings: TrainSettings, precision: str, world_size: int) -> dict[str, Any]:

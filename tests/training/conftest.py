@@ -151,7 +151,8 @@ def run_training(train_command: Callable) -> Callable[..., dict]:
 
 @pytest.fixture(scope="session")
 def tiny_settings() -> Callable[..., dict]:
-    """Fast train settings for the tiny models; keyword arguments replace top-level keys."""
+    """Fast train settings for the tiny models; keyword arguments replace top-level keys. fp32,
+    so that runs compare exactly on any CPU (bf16 has its own tests)."""
 
     def settings(model: Path, **overrides: object) -> dict:
         base = {
@@ -162,6 +163,7 @@ def tiny_settings() -> Callable[..., dict]:
             "learning_rate": 0.01,
             "checkpoint_every_steps": 4,
             "lora": {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.1},
+            "precision": "fp32",
         }
         return base | overrides
 

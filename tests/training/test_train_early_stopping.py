@@ -5,6 +5,7 @@ import json
 import numpy as np
 import polars as pl
 import pytest
+import torch
 
 from account_tax.inference import load_classifier, predict_logits
 from account_tax.train_settings import EarlyStoppingSettings
@@ -66,7 +67,7 @@ def test_training_stops_early_and_exports_the_best_epoch(
     else:
         assert info["exported"]["stopped"] == "every epoch ran"
     # The exported weights score the validation split as the first epoch's did.
-    model, tokenizer, _ = load_classifier(tmp_path / "model")
+    model, tokenizer, _ = load_classifier(tmp_path / "model", dtype=torch.float32)
     validation = pl.read_parquet(ledger["validation"])
     logits = predict_logits(model, tokenizer, validation["text"].to_list(), max_length=48)
     accuracy = float(np.mean(logits.argmax(axis=1) == validation["label_id"].to_numpy()))

@@ -119,7 +119,7 @@ def test_a_class_without_training_rows_is_represented_by_its_text_after_training
     info = json.loads((tmp_path / "model" / "training_info.json").read_text(encoding="utf-8"))
     assert info["head_init"]["method"] == "label_text"
     assert info["head_init"]["held_classes"] == 1
-    model, tokenizer, labels = load_classifier(tmp_path / "model")
+    model, tokenizer, labels = load_classifier(tmp_path / "model", dtype=torch.float32)
     trained_text = embed_texts(text_classifier(model), tokenizer, ["bank fees"], max_length=48)
     row = trained_head(model).weight[4:5].detach()
     assert F.cosine_similarity(row, trained_text).item() == pytest.approx(1.0, abs=1e-4)

@@ -151,7 +151,7 @@ def test_one_process_without_launcher_decoder_zero3_and_inference(
     # The inference helper sees what training's evaluation saw.
     validation = pl.read_parquet(ledger["validation"])
     texts, labels = validation["text"].to_list(), validation["label_id"].to_numpy()
-    model, tokenizer, names = load_classifier(model_dir)
+    model, tokenizer, names = load_classifier(model_dir, dtype=torch.float32)
     assert not model.training and len(names) == 5
     probabilities = predict_probabilities(model, tokenizer, texts, batch_size=5, max_length=48)
     assert probabilities.shape == (len(texts), 5)
@@ -168,7 +168,7 @@ def test_one_process_without_launcher_decoder_zero3_and_inference(
 
     merged_dir = model_dir / "merged"
     assert not (merged_dir / "adapter_config.json").exists()
-    merged, merged_tokenizer, _ = load_classifier(merged_dir)
+    merged, merged_tokenizer, _ = load_classifier(merged_dir, dtype=torch.float32)
     merged_probabilities = predict_probabilities(merged, merged_tokenizer, texts, 5, 48)
     assert np.allclose(merged_probabilities, probabilities, atol=1e-5)
 
@@ -192,7 +192,7 @@ def test_full_fine_tuning_without_validation_rows_saves_the_whole_model(
     base = load_file(tiny_bert / "model.safetensors")
     embedding = "embeddings.word_embeddings.weight"
     assert not torch.equal(trained[embedding], base[embedding])
-    model, tokenizer, _ = load_classifier(model_dir)
+    model, tokenizer, _ = load_classifier(model_dir, dtype=torch.float32)
     assert predict_probabilities(model, tokenizer, ["memo rent"]).shape == (1, 5)
 
 

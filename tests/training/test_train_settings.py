@@ -9,8 +9,9 @@ import torch
 import yaml
 
 from account_tax.distributed import set_launch_defaults
+from account_tax.precision import cpu_has_bf16, inference_dtype, resolve_precision
 from account_tax.train_settings import TrainSettings
-from account_tax.training import deepspeed_config, resolve_precision
+from account_tax.training import deepspeed_config
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -106,12 +107,27 @@ def test_deepspeed_files_must_not_set_what_the_settings_own(tmp_path, change, me
         deepspeed_config(TrainSettings(deepspeed_config=str(path)), "fp32", 1)
 
 
-def test_precision_on_cpu():
+@pytest.mark.parametrize("native", [True, False])
+def test_precision_on_cpu_follows_native_bf16(monkeypatch, native):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     cpu = torch.device("cpu")
-    assert resolve_precision("auto", cpu) == "fp32"
+    assert resolve_precision("auto", cpu) == ("bf16" if native else "fp32")
     assert resolve_precision("fp32", cpu) == "fp32"
-    with pytest.raises(ValueError, match="needs a GPU"):
-        resolve_precision("bf16", cpu)
+    assert inference_dtype(cpu) == (torch.bfloat16 if native else torch.float32)
+    if native:
+        assert resolve_precision("bf16", cpu) == "bf16"
+    else:
+        with pytest.raises(ValueError, match="no native bf16"):
+            resolve_precision("bf16", cpu)
+    with pytest.raises(ValueError, match="fp16 needs a GPU"):
+        resolve_precision("fp16", cpu)
+
+
+def test_this_machines_answer_matches_its_cpu_flags():
+    """torch's answer against the kernel's own list of CPU features (Linux)."""
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+    assert cpu_has_bf16() == bool({"avx512_bf16", "amx_bf16"} & flags)
 
 
 def test_a_plain_process_gets_launch_defaults(monkeypatch, tmp_path):

@@ -1,0 +1,39 @@
+"""Which number format to compute in: bf16 where the hardware computes it natively, else fp32 (or
+fp16 with loss scaling on GPUs without bf16). Losses and softmax stay in fp32 whatever this says."""
+
+from __future__ import annotations
+
+import torch
+
+
+def cpu_has_bf16() -> bool:
+    """Native bf16 dot products (AVX-512 BF16 or AMX), where bf16 runs about twice the fp32 rate;
+    elsewhere it is emulated and slower than fp32."""
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def resolve_precision(requested: str, device: torch.device) -> str:
+    """`auto`: bf16 on GPUs that have it, fp16 with loss scaling on older ones; on CPU bf16 where
+    the processor has native bf16, else fp32."""
+    if device.type == "cuda":
+        if requested == "auto":
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return requested
+    if requested == "auto":
+        return "bf16" if cpu_has_bf16() else "fp32"
+    if requested == "fp16":
+        raise ValueError("train.precision fp16 needs a GPU; use auto, bf16 or fp32 on CPU")
+    if requested == "bf16" and not cpu_has_bf16():
+        raise ValueError(
+            "train.precision bf16: this CPU has no native bf16 (avx512_bf16 or AMX) and would "
+            "run it slower than fp32; use auto or fp32"
+        )
+    return requested
+
+
+def inference_dtype(device: str | torch.device) -> torch.dtype:
+    """Evaluation and prediction: bf16 where the device computes it natively, else fp32."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    return torch.bfloat16 if cpu_has_bf16() else torch.float32
