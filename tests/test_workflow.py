@@ -407,3 +407,27 @@ def test_readme_holdout_config_keeps_classes_out_of_train_and_validation(tmp_pat
     (tmp_path / "more.yaml").write_text("evaluate: {bootstrap_resamples: 500}\n")
     dry = snakemake(tmp_path, target, "-n", *configs, "more.yaml")
     assert "Nothing to be done" in dry.stdout + dry.stderr
+
+
+def test_decoder_config_plans_the_whole_workflow_with_smollm2(tmp_path):
+    """`make run CONFIG=config/decoder.yaml` runs snakemake with `--configfile config/config.yaml
+    config/decoder.yaml`: the merged config passes the schema and every stage is planned, with
+    the decoder as the model to train (tests/training/test_train_decoder.py trains it)."""
+    recipe = subprocess.run(
+        ["make", "--dry-run", "run", "CONFIG=config/decoder.yaml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    configs = ["--configfile", "config/config.yaml", "config/decoder.yaml"]
+    assert f"snakemake {' '.join(configs)} --cores" in recipe
+    (tmp_path / "config").mkdir()
+    for name in ("config.yaml", "decoder.yaml"):
+        shutil.copy(REPO / "config" / name, tmp_path / "config" / name)
+    dry = snakemake(tmp_path, "-n", "--printshellcmds", *configs)
+    planned = jobs_run(dry)
+    for rule in ("ingest", "split", "baseline", "train", "evaluate"):
+        assert planned.get(rule) == 1, (rule, planned)
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf" in dry.stdout
+    assert "gate_proj" in dry.stdout

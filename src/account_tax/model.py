@@ -3,14 +3,17 @@ train: its tokenizer, the backbone with a new head, adapters."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel, TaskType, get_peft_model
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 
 from account_tax.classifier import TextClassifier, load_backbone
 from account_tax.errors import DataError
@@ -20,6 +23,7 @@ from account_tax.train_settings import LoraSettings
 log = logging.getLogger(__name__)
 
 LABEL_MAP = "label_map.json"
+GGUF_SUFFIX = ".gguf"
 TRAINING_INFO = "training_info.json"
 """Beside the trained weights: the base model it was trained from, and the settings."""
 
@@ -30,14 +34,57 @@ def read_training_info(model_dir: Path) -> dict[str, Any]:
 
 
 def resolve_model_dir(spec: str) -> Path:
-    """A model folder: a path, or `pkg:<package>/<folder>` inside an installed package.
+    """A model folder: a path, or `pkg:<package>/<folder>` inside an installed package; or a GGUF
+    file (path or `pkg:`), converted once into a model folder (see `gguf_model_dir`).
 
     `resolve_input` locates files, so the folder is found through the file every model has.
     """
+    if spec.endswith(GGUF_SUFFIX):
+        return gguf_model_dir(resolve_input(spec))
     config = resolve_input(f"{spec.rstrip('/')}/config.json")
     if not config.is_file():
         raise DataError(f"{spec}: not a model folder (no config.json at {config})")
     return config.parent
+
+
+def gguf_model_dir(gguf_file: Path) -> Path:
+    """The GGUF file's model (dequantised, float32) and tokenizer as a Hugging Face folder in the
+    user's cache, keyed by the file's content; converted on first use.
+
+    transformers reads GGUF in every `from_pretrained` (seconds to a minute each, in every stage
+    that loads the base), and refuses to save a model loaded from it ("quantized with gguf"), so
+    the weights move into a model built from the same config without the quantization entry.
+    """
+    if not gguf_file.is_file():
+        raise DataError(f"{gguf_file}: no such GGUF file")
+    digest = hashlib.sha256()
+    with gguf_file.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 24), b""):
+            digest.update(block)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = cache / "account-tax" / "models" / f"{gguf_file.stem}-{digest.hexdigest()[:16]}"
+    if (folder / "config.json").is_file():
+        return folder
+    log.info("converting %s into a model folder at %s", gguf_file, folder)
+    source, name = gguf_file.parent, gguf_file.name
+    loaded = AutoModel.from_pretrained(source, gguf_file=name, dtype=torch.float32)
+    config = loaded.config
+    del config.quantization_config
+    model = AutoModel.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(
+        dir=folder.parent, prefix=f".{folder.name}-", ignore_cleanup_errors=True
+    ) as tmp:
+        model.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(source, gguf_file=name).save_pretrained(tmp)
+        try:
+            os.rename(tmp, folder)
+        except OSError:
+            # Another process (a second rank) converted it at the same time.
+            if not (folder / "config.json").is_file():
+                raise
+    return folder
 
 
 def load_tokenizer(model_dir: Path) -> PreTrainedTokenizerBase:
