@@ -5,18 +5,24 @@ and the model uploaded to a real S3 server (SeaweedFS) and old checkpoints retai
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from browser import open_page
 from mlflow import MlflowClient
 from s3_helpers import BUCKET
 from sample_ledger import ledger_config, ledger_row, small_ledger
+from snakemake.utils import validate
 from tiny_models import build_tiny_bert
 from workflow_runner import REPO, jobs_run, snakemake
 
+import account_tax.predict
 from account_tax.io import sha256_file
 from account_tax.manifest import content_sha256
+from account_tax.predict import PROVENANCE_COLUMNS, PredictPaths, Provenance, predict_records
+from account_tax.settings import DataSpec
 
 pytestmark = pytest.mark.workflow
 pytest_plugins = ["s3_fixtures"]
@@ -207,6 +213,40 @@ def test_predictions_for_new_records_with_rejects(trained):
     # The rows to review, least confident first, with their alternatives.
     expected = predictions.filter(pl.col("decision") == "review").sort("confidence")
     assert review.equals(expected)
+
+
+def test_prediction_in_chunks_of_rows_matches_the_rule(trained, monkeypatch, tmp_path):
+    """Rows are scored a chunk at a time (flat memory on large files): chunks of one row give the
+    rule's predictions, row for row."""
+    workdir, config, *_ = trained
+    rule_output = pl.read_parquet(workdir / "results/predict/new.parquet")
+    evaluation = json.loads((workdir / "results/evaluate/metrics.json").read_text())
+    model, baseline = workdir / "results/train/model", workdir / "results/baseline/model.joblib"
+    shipped = evaluation["comparison"]["shipped"]
+    provenance = Provenance(*(rule_output[0, column] for column in PROVENANCE_COLUMNS))
+    monkeypatch.setattr(account_tax.predict, "CHUNK_ROWS", 1)
+    paths = PredictPaths(*(tmp_path / f"{name}.parquet" for name in ("out", "rejects", "review")))
+    settings = json.loads(json.dumps(config))
+    validate(settings, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))  # the defaults
+    counts = predict_records(
+        Path(config["predict"]["inputs"]["new"]),
+        DataSpec.from_config(settings),
+        settings,
+        model,
+        baseline,
+        paths,
+        shipped,
+        provenance,
+    )
+    assert counts["predicted"] == rule_output.height == 3
+    chunked = pl.read_parquet(paths.predictions)
+    # A batch of one row has no padding: bf16 sums may round differently in the last digits.
+    varies = ("confidence", "top_k_probabilities", "decision")
+    assert chunked.drop(varies).equals(rule_output.drop(varies))
+    assert np.allclose(chunked["confidence"], rule_output["confidence"], atol=2e-3)
+    threshold = shipped["threshold"]
+    posted = [threshold is not None and c >= threshold for c in chunked["confidence"]]
+    assert (chunked["decision"] == "auto").to_list() == posted
 
 
 def test_every_prediction_leads_back_to_its_training_run(trained):

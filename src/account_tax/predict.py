@@ -52,6 +52,10 @@ BASELINE_SHA256 = "baseline_sha256"
 TRAINING_RUN_ID = "training_run_id"
 MODEL_S3_URI = "model_s3_uri"
 PREDICTION_COLUMNS = (PREDICTED_LABEL, CONFIDENCE, TOP_K_LABELS, TOP_K_PROBABILITIES)
+PROVENANCE_COLUMNS = (CANDIDATE, MODEL_SHA256, BASELINE_SHA256, TRAINING_RUN_ID, MODEL_S3_URI)
+"""The columns of `Provenance`'s fields, in their order."""
+CHUNK_ROWS = 8192
+"""Rows scored at a time; each chunk is sorted by length into batches."""
 
 
 @dataclass(frozen=True)
@@ -114,39 +118,48 @@ class Provenance:
         return cls(candidate, content_sha256(model_dir), baseline, info.get("mlflow_run_id"), uri)
 
 
-def candidate_probabilities(
-    texts: list[str],
-    model_dir: Path,
-    baseline_model: Path,
-    shipped: dict[str, Any],
-    batch_size: int,
-) -> tuple[np.ndarray, list[str]]:
-    """Calibrated probabilities of the candidate evaluate chose (see `choose_candidate`): the
-    fine-tuned model, the baseline, or their mix; and the labels."""
-    labels = read_labels(model_dir / LABEL_MAP)
-    candidate = shipped["candidate"]
-    model_probabilities = baseline_probabilities = None
-    if candidate != BASELINE:
-        model, tokenizer, _ = load_classifier(model_dir)
-        model_probabilities = predict_probabilities(
-            model,
-            tokenizer,
-            texts,
-            batch_size,
-            read_training_info(model_dir)["settings"]["max_length"],
-            model_temperature(model_dir),
+class Candidate:
+    """The candidate evaluate chose (see `choose_candidate`): the fine-tuned model, the baseline,
+    or their mix, loaded once; `probabilities` gives its calibrated class probabilities."""
+
+    def __init__(
+        self, model_dir: Path, baseline_model: Path, shipped: dict[str, Any], batch_size: int
+    ) -> None:
+        self.labels = read_labels(model_dir / LABEL_MAP)
+        self.shipped = shipped
+        self.batch_size = batch_size
+        self.model = self.pipeline = None
+        if shipped["candidate"] != BASELINE:
+            self.model = load_classifier(model_dir)
+            self.max_length = read_training_info(model_dir)["settings"]["max_length"]
+            self.temperature = model_temperature(model_dir)
+        if shipped["candidate"] != MODEL:
+            self.pipeline = joblib.load(baseline_model)
+
+    def probabilities(self, texts: list[str]) -> np.ndarray:
+        model_probabilities = baseline_probabilities = None
+        if self.model is not None:
+            model_probabilities = predict_probabilities(
+                self.model.model,
+                self.model.tokenizer,
+                texts,
+                self.batch_size,
+                self.max_length,
+                self.temperature,
+            )
+        if self.pipeline is not None:
+            baseline_probabilities = softmax(
+                baseline_logits(self.pipeline, texts, len(self.labels)),
+                self.shipped["baseline_temperature"],
+            )
+        if self.pipeline is None:
+            return model_probabilities
+        if self.model is None:
+            return baseline_probabilities
+        mixed = ensemble_logits(
+            model_probabilities, baseline_probabilities, self.shipped["ensemble_weight"]
         )
-    if candidate != MODEL:
-        pipeline = joblib.load(baseline_model)
-        baseline_probabilities = softmax(
-            baseline_logits(pipeline, texts, len(labels)), shipped["baseline_temperature"]
-        )
-    if candidate == MODEL:
-        return model_probabilities, labels
-    if candidate == BASELINE:
-        return baseline_probabilities, labels
-    mixed = ensemble_logits(model_probabilities, baseline_probabilities, shipped["ensemble_weight"])
-    return softmax(mixed, shipped["ensemble_temperature"]), labels
+        return softmax(mixed, self.shipped["ensemble_temperature"])
 
 
 def predict_records(
@@ -169,11 +182,16 @@ def predict_records(
     with tempfile.TemporaryDirectory(prefix="predict-") as work_dir:
         records = serialized_records(source, spec, config, paths.rejects, Path(work_dir))
         rows_in = parquet_rows(Path(work_dir) / "records.parquet")
-    probabilities, labels = candidate_probabilities(
-        records[TEXT].to_list(), model_dir, baseline_model, shipped, batch_size
-    )
+    candidate = Candidate(model_dir, baseline_model, shipped, batch_size)
+    texts = records[TEXT].to_list()
+    # Chunks of rows: the [rows, classes] probabilities are never held for the whole file.
+    chunks = [top_k_columns(np.empty((0, len(candidate.labels))), k, candidate.labels)]
+    for start in range(0, len(texts), CHUNK_ROWS):
+        probabilities = candidate.probabilities(texts[start : start + CHUNK_ROWS])
+        chunks.append(top_k_columns(probabilities, k, candidate.labels))
+        log.info("predict: %d of %d rows scored", min(start + CHUNK_ROWS, len(texts)), len(texts))
+    predicted = [pl.concat(columns) for columns in zip(*chunks, strict=True)]
     threshold = shipped["threshold"]
-    predicted = top_k_columns(probabilities, k, labels)
     # The decision follows the confidence as written (float32), so a reader re-checking a row
     # against the threshold always agrees with it.
     confidence = next(column for column in predicted if column.name == CONFIDENCE).to_numpy()
@@ -181,11 +199,12 @@ def predict_records(
         *(column for column in predicted if column.name in PREDICTION_COLUMNS),
         pl.Series(DECISION, decisions(confidence, threshold), dtype=pl.String),
         pl.lit(threshold, dtype=pl.Float64).alias(AUTO_THRESHOLD),
-        pl.lit(provenance.candidate).alias(CANDIDATE),
-        pl.lit(provenance.model_sha256).alias(MODEL_SHA256),
-        pl.lit(provenance.baseline_sha256, dtype=pl.String).alias(BASELINE_SHA256),
-        pl.lit(provenance.training_run_id, dtype=pl.String).alias(TRAINING_RUN_ID),
-        pl.lit(provenance.model_s3_uri, dtype=pl.String).alias(MODEL_S3_URI),
+        *(
+            pl.lit(value, dtype=pl.String).alias(column)
+            for column, value in zip(
+                PROVENANCE_COLUMNS, dataclasses.astuple(provenance), strict=True
+            )
+        ),
     )
     write_parquet(predictions, paths.predictions)
     to_review = predictions.filter(pl.col(DECISION) == REVIEW).sort(CONFIDENCE)
