@@ -17,6 +17,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/upload.smk"
+include: "workflow/rules/register.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -72,7 +72,7 @@ def write_rows(records: Path, rows: int, out: Path) -> None:
 
 
 def run_ours(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
-    from account_tax.predict import PredictPaths, Provenance, predict_records
+    from account_tax.predict import Candidate, PredictPaths, Provenance, predict_records
     from account_tax.settings import DataSpec
 
     work = Path(spec["workdir"])
@@ -90,13 +90,10 @@ def run_ours(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
         Path(spec["input"]),
         DataSpec.from_config(settings),
         settings,
-        model,
-        baseline,
+        Candidate(model, baseline, shipped, spec["batch_size"]),
         paths,
-        shipped,
         provenance,
         k=spec["top_k"],
-        batch_size=spec["batch_size"],
     )
     seconds = time.perf_counter() - started
     return {"seconds": seconds, "rows": counts["predicted"], "counts": counts, "candidate": shipped}

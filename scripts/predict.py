@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from account_tax import cli
-from account_tax.predict import PredictPaths, Provenance, predict_records
+from account_tax.predict import BATCH_SIZE, Candidate, PredictPaths, Provenance, predict_records
 from account_tax.settings import DataSpec
 from account_tax.tracking import log_stage
 
@@ -33,7 +33,9 @@ def main() -> None:
     parser.add_argument("--rejects", type=Path, required=True, help="rejected rows Parquet")
     parser.add_argument("--review", type=Path, required=True, help="rows to review Parquet")
     parser.add_argument("--top-k", type=int, default=3, help="classes per record")
-    parser.add_argument("--batch-size", type=int, default=64, help="texts per inference batch")
+    parser.add_argument(
+        "--batch-size", type=int, default=BATCH_SIZE, help="texts per inference batch"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -46,13 +48,10 @@ def main() -> None:
         args.input,
         DataSpec.from_config(args.settings),
         args.settings,
-        args.model,
-        args.baseline_model,
+        Candidate(args.model, args.baseline_model, shipped, args.batch_size),
         PredictPaths(args.output, args.rejects, args.review),
-        shipped,
         provenance,
         k=args.top_k,
-        batch_size=args.batch_size,
     )
     stage = f"predict/{args.output.stem}"
     log_stage(

@@ -3,11 +3,17 @@ two segments, evaluated against the baseline, used to predict new records, with 
 and the model uploaded to a real S3 server (SeaweedFS) and old checkpoints retained by receipt."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
+import mlflow
 import numpy as np
+import pandas as pd
 import polars as pl
 import pytest
 from browser import open_page
@@ -16,12 +22,19 @@ from s3_helpers import BUCKET
 from sample_ledger import ledger_config, ledger_row, small_ledger
 from snakemake.utils import validate
 from tiny_models import build_tiny_bert
-from workflow_runner import REPO, jobs_run, snakemake
+from workflow_runner import REPO, VENV_BIN, jobs_run, snakemake
 
 import account_tax.predict
+from account_tax.distributed import free_port
 from account_tax.io import sha256_file
 from account_tax.manifest import content_sha256
-from account_tax.predict import PROVENANCE_COLUMNS, PredictPaths, Provenance, predict_records
+from account_tax.predict import (
+    PROVENANCE_COLUMNS,
+    Candidate,
+    PredictPaths,
+    Provenance,
+    predict_records,
+)
 from account_tax.settings import DataSpec
 
 pytestmark = pytest.mark.workflow
@@ -87,6 +100,7 @@ def test_every_stage_ran_once(trained):
         "upload_checkpoints": 2,
         "upload_model": 1,
         "retain": 2,
+        "register": 1,
         "resources": 1,
     }
 
@@ -232,10 +246,8 @@ def test_prediction_in_chunks_of_rows_matches_the_rule(trained, monkeypatch, tmp
         Path(config["predict"]["inputs"]["new"]),
         DataSpec.from_config(settings),
         settings,
-        model,
-        baseline,
+        Candidate(model, baseline, shipped),
         paths,
-        shipped,
         provenance,
     )
     assert counts["predicted"] == rule_output.height == 3
@@ -346,7 +358,7 @@ def test_report_renders_in_a_real_browser_with_every_category(trained):
     screenshot = REPO / "test-artifacts" / "report.png"
     text, errors = open_page(workdir / "report.html", screenshot, "Resources")
     assert errors == []
-    for category in ("Clean", "Features", "Split", "Train", "Evaluate", "Resources"):
+    for category in ("Clean", "Features", "Split", "Train", "Evaluate", "Register", "Resources"):
         assert category in text, category
     html = (workdir / "report.html").read_text()
     for plot in ("reliability.png", "precision_coverage.png"):
@@ -482,3 +494,149 @@ def test_evaluate_scores_classes_without_training_rows_apart(trained, tmp_path):
     summary = outputs["summary"].read_text()
     assert f"{rows} rows of 1 classes with no training rows" in summary
     assert "macro_f1 of the classes seen in training" in summary
+
+
+def registry_uri(workdir: Path) -> str:
+    return f"sqlite:///{workdir / 'results/tracking/mlflow.db'}"
+
+
+def raw_records_as_text(path: Path) -> pd.DataFrame:
+    """A records CSV the way a client sends it: every cell as text, empty cells empty."""
+    return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+def assert_served_equals_predict(served: pd.DataFrame, workdir: Path, name: str) -> None:
+    """The served rows are the predict rule's rows (labels exact, probabilities within 1e-5)
+    and its rejected rows with their reasons, in input order."""
+    predicted = pl.read_parquet(workdir / f"results/predict/{name}.parquet")
+    rejects = pl.read_parquet(workdir / f"results/predict/{name}.rejects.parquet")
+    assert list(served["source_row"]) == sorted([*predicted["source_row"], *rejects["source_row"]])
+    by_row = served.set_index("source_row")
+    for row in predicted.iter_rows(named=True):
+        got = by_row.loc[row["source_row"]]
+        assert pd.isna(got["reason"])
+        for column, value in row.items():
+            if column == "source_row":
+                continue
+            if column in ("top_k_probabilities", "confidence", "auto_threshold"):
+                assert np.allclose(got[column], value, atol=1e-5, rtol=0), column
+            elif column == "top_k_labels":
+                assert list(got[column]) == value
+            elif value is None:
+                assert pd.isna(got[column]), column
+            else:
+                assert got[column] == value, column
+    for row in rejects.iter_rows(named=True):
+        got = by_row.loc[row["source_row"]]
+        assert got["reason"] == row["reason"]
+        assert pd.isna(got["predicted_label"])
+
+
+def test_registered_with_candidate_alias_and_champion_only_when_better(trained):
+    workdir, *_ = trained
+    record = json.loads((workdir / "results/register/model.json").read_text())
+    client = MlflowClient(registry_uri(workdir))
+    version = client.get_model_version("account-tax", record["version"])
+    assert client.get_model_version_by_alias("account-tax", "candidate").version == version.version
+    evaluation = json.loads((workdir / "results/evaluate/metrics.json").read_text())
+    better = evaluation["comparison"]["shipped"].get("verdict") == "better"
+    assert record["champion"]["moved"] == better
+    assert ("champion" in client.get_registered_model("account-tax").aliases) == better
+    run = client.get_run(record["tags"]["workflow_run_id"])
+    assert version.run_id == run.info.run_id
+    assert run.data.tags["register/champion_moved"] == str(better)
+    # Tags link the training run, the model's content and its upload receipt.
+    model = workdir / "results/train/model"
+    assert version.tags["model_sha256"] == content_sha256(model)
+    info = json.loads((model / "training_info.json").read_text())
+    assert version.tags["training_run_id"] == info["mlflow_run_id"]
+    # The receipt of the upload in the registering run (later tests upload again).
+    receipt = workdir / f"results/upload/receipts/model/{run.info.run_id}.json"
+    assert version.tags["model_receipt_sha256"] == sha256_file(receipt)
+    assert version.tags["model_s3_uri"].startswith(f"s3://{BUCKET}/workflow-test/")
+    # One stored copy: the run's artifacts, which the version's source points into.
+    stored = Path(version.source.removeprefix("file://"))
+    assert stored.is_relative_to(workdir / "results/tracking/artifacts")
+    assert (stored / "artifacts/model/adapter_model.safetensors").is_file()
+    assert record["stored_bytes"] == sum(p.stat().st_size for p in stored.rglob("*") if p.is_file())
+    requirements = (stored / "requirements.txt").read_text().split()
+    assert "torch==2.13.0" in requirements and "mlflow==3.17.2" in requirements
+    summary = (workdir / "results/register/summary.html").read_text()
+    assert record["model_uri"] in summary and record["champion"]["why"] in summary
+
+
+def test_registered_model_loads_and_gives_predicts_output_on_the_test_split(trained, monkeypatch):
+    """`mlflow.pyfunc.load_model` of the registered version, and the predict rule, on the raw
+    test records (every cell as text) and on the new records with a malformed row."""
+    workdir, config, _, server = trained
+    test_records = workdir / "test-records.csv"
+    columns = list(pl.read_csv(config["predict"]["inputs"]["new"], n_rows=1).columns)
+    test = pl.read_parquet(workdir / "results/split/test.parquet").select(columns)
+    test.with_columns(pl.all().cast(pl.String)).write_csv(test_records)
+    config = config | {
+        "predict": {"inputs": config["predict"]["inputs"] | {"test": str(test_records)}}
+    }
+    # Brought up to date together: earlier tests may have uploaded the model again.
+    targets = [f"results/predict/{name}.parquet" for name in ("test", "new")]
+    snakemake(workdir, *targets, "results/register/model.json", config=config, env=server.env())
+
+    # Through the environment, as a user's shell would: a set_tracking_uri would outlive the test.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", registry_uri(workdir))
+    model = mlflow.pyfunc.load_model("models:/account-tax@candidate")
+    assert [c.name for c in model.metadata.get_input_schema().inputs][-1] == "account"
+    for name, path in (("test", test_records), ("new", config["predict"]["inputs"]["new"])):
+        served = model.predict(raw_records_as_text(Path(path)))
+        assert len(served) == test.height if name == "test" else 4
+        assert_served_equals_predict(served, workdir, name)
+
+
+def test_champion_served_over_http_equals_predict(trained):
+    """`mlflow models serve -m models:/account-tax@champion --env-manager local` on 127.0.0.1:
+    JSON records in (dataframe_split), the predict rule's rows out, the malformed record with
+    its reject reason; the server stopped by its PID."""
+    workdir, config, *_ = trained
+    client = MlflowClient(registry_uri(workdir))
+    version = json.loads((workdir / "results/register/model.json").read_text())["version"]
+    # The tiny model need not beat the baseline: promote it by hand, as a reviewer may.
+    client.set_registered_model_alias("account-tax", "champion", version)
+    port = free_port()
+    command = [str(VENV_BIN / "mlflow"), "models", "serve", "-m", "models:/account-tax@champion"]
+    command += ["--env-manager", "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"]
+    environment = os.environ | {
+        "MLFLOW_TRACKING_URI": registry_uri(workdir),
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
+    }
+    server = subprocess.Popen(
+        command,
+        env=environment,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert server.poll() is None, server.stdout.read()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=5):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the model server did not come up"
+                time.sleep(1)
+        records = raw_records_as_text(Path(config["predict"]["inputs"]["new"]))
+        body = {"dataframe_split": records.to_dict(orient="split", index=False)}
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            served = pd.DataFrame(json.loads(response.read())["predictions"])
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    assert_served_equals_predict(served, workdir, "new")
+    assert served.loc[served["reason"].notna(), "reason"].tolist() == [
+        "unparseable number in column 'amount': 'not a number'"
+    ]

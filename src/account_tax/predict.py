@@ -54,6 +54,8 @@ MODEL_S3_URI = "model_s3_uri"
 PREDICTION_COLUMNS = (PREDICTED_LABEL, CONFIDENCE, TOP_K_LABELS, TOP_K_PROBABILITIES)
 PROVENANCE_COLUMNS = (CANDIDATE, MODEL_SHA256, BASELINE_SHA256, TRAINING_RUN_ID, MODEL_S3_URI)
 """The columns of `Provenance`'s fields, in their order."""
+BATCH_SIZE = 64
+"""Texts per inference batch."""
 CHUNK_ROWS = 8192
 """Rows scored at a time; each chunk is sorted by length into batches."""
 
@@ -123,7 +125,11 @@ class Candidate:
     or their mix, loaded once; `probabilities` gives its calibrated class probabilities."""
 
     def __init__(
-        self, model_dir: Path, baseline_model: Path, shipped: dict[str, Any], batch_size: int
+        self,
+        model_dir: Path,
+        baseline_model: Path | None,
+        shipped: dict[str, Any],
+        batch_size: int = BATCH_SIZE,
     ) -> None:
         self.labels = read_labels(model_dir / LABEL_MAP)
         self.shipped = shipped
@@ -166,23 +172,19 @@ def predict_records(
     source: Path,
     spec: DataSpec,
     config: dict[str, Any],
-    model_dir: Path,
-    baseline_model: Path,
+    candidate: Candidate,
     paths: PredictPaths,
-    shipped: dict[str, Any],
     provenance: Provenance,
     *,
     k: int = 3,
-    batch_size: int = 64,
 ) -> dict[str, int]:
     """Write the calibrated top-k classes of every usable row of `source` from the candidate
-    evaluate chose (`shipped`), its decision (`auto` at or above that candidate's auto-post
-    threshold, else `review`) and its provenance; the rows to review, least confident first, to
-    their own file; return the counts."""
+    evaluate chose, its decision (`auto` at or above that candidate's auto-post threshold, else
+    `review`) and its provenance; the rows to review, least confident first, to their own file;
+    return the counts."""
     with tempfile.TemporaryDirectory(prefix="predict-") as work_dir:
         records = serialized_records(source, spec, config, paths.rejects, Path(work_dir))
         rows_in = parquet_rows(Path(work_dir) / "records.parquet")
-    candidate = Candidate(model_dir, baseline_model, shipped, batch_size)
     texts = records[TEXT].to_list()
     # Chunks of rows: the [rows, classes] probabilities are never held for the whole file.
     chunks = [top_k_columns(np.empty((0, len(candidate.labels))), k, candidate.labels)]
@@ -191,7 +193,7 @@ def predict_records(
         chunks.append(top_k_columns(probabilities, k, candidate.labels))
         log.info("predict: %d of %d rows scored", min(start + CHUNK_ROWS, len(texts)), len(texts))
     predicted = [pl.concat(columns) for columns in zip(*chunks, strict=True)]
-    threshold = shipped["threshold"]
+    threshold = candidate.shipped["threshold"]
     # The decision follows the confidence as written (float32), so a reader re-checking a row
     # against the threshold always agrees with it.
     confidence = next(column for column in predicted if column.name == CONFIDENCE).to_numpy()

@@ -198,6 +198,21 @@ def predict_inputs(wildcards):
     return inputs
 
 
+def register_inputs(wildcards):
+    """What the registered model is made of and judged by; the upload receipt where uploads
+    are on (the model's tags link it)."""
+    inputs = {
+        "model": "results/train/model",
+        "baseline_model": "results/baseline/model.joblib",
+        "evaluation": "results/evaluate/metrics.json",
+        "test_predictions": "results/evaluate/test_predictions.parquet",
+        "test_records": "results/split/test.parquet",
+    }
+    if config["upload"]["enabled"]:
+        inputs["receipt"] = "results/upload/model.json"
+    return inputs
+
+
 def upload_outputs():
     """Model receipt and, per training segment, checkpoint receipts and retention reports."""
     if not config["upload"]["enabled"]:
@@ -220,6 +235,7 @@ def other_outputs():
         "results/evaluate/metrics.json",
         *predictions,
         *upload_outputs(),
+        *(["results/register/model.json"] if config["register"]["enabled"] else []),
     ]
 
 

@@ -1,0 +1,344 @@
+"""Register: the whole prediction path as one MLflow pyfunc model in the Model Registry.
+
+The model takes raw records (the configured columns, as text, the way a CSV holds them) and runs
+`predict`'s own code on them: ingest, clean, features, serialize, the candidate evaluate chose,
+calibrated top-k, the auto/review decision and the provenance. Its output has `predict`'s columns
+plus `reason`, which is null for predicted rows and says why for rows clean rejects; rows come
+back in the order they were sent (`source_row`).
+
+Each registration becomes a new version with the `candidate` alias. The `champion` alias moves
+to it only when the shipped candidate is better than the baseline on test (the paired bootstrap
+of evaluate) and, when a champion tested on the same test split exists, better than that
+champion on the same rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+import numpy as np
+import pandas as pd
+import polars as pl
+
+from account_tax.bootstrap import BETTER, ScoredRows, judge, paired_bootstrap
+from account_tax.clean import REASON
+from account_tax.evaluation import DECIDING_METRIC
+from account_tax.io import PACKAGE_PREFIX
+from account_tax.model import LABEL_MAP, read_training_info
+from account_tax.predict import Candidate, PredictPaths, Provenance, predict_records
+from account_tax.predictions import CONFIDENCE, LABEL, PREDICTED_LABEL, TOP_K_LABELS
+from account_tax.serialize import ID
+from account_tax.settings import SOURCE_ROW, DataSpec
+
+ARTIFACT_PATH = "prediction_model"
+"""Where the model lies in the workflow run's artifacts."""
+PREDICTION_SPEC = "prediction.json"
+TEST_PREDICTIONS = "test_predictions.parquet"
+INPUT_EXAMPLE_ROWS = 3
+# The config sections that turn a raw record into the model's text.
+RECORD_SECTIONS = ("data", "clean", "features", "serialize")
+
+
+class PredictionModel(mlflow.pyfunc.PythonModel):
+    """Raw records in, `predict`'s output (and reject reasons) out."""
+
+    def load_context(self, context: mlflow.pyfunc.PythonModelContext) -> None:
+        spec = json.loads(Path(context.artifacts["prediction"]).read_text(encoding="utf-8"))
+        self.config = spec["config"]
+        self.spec = DataSpec.from_config(self.config)
+        self.provenance = Provenance(**spec["provenance"])
+        self.top_k = spec["top_k"]
+        baseline = context.artifacts.get("baseline")
+        self.candidate = Candidate(
+            Path(context.artifacts["model"]),
+            Path(baseline) if baseline else None,
+            spec["shipped"],
+            spec["batch_size"],
+        )
+
+    def predict(
+        self,
+        context: mlflow.pyfunc.PythonModelContext,
+        model_input: pd.DataFrame,
+        params: dict[str, Any] | None = None,
+    ) -> pd.DataFrame:
+        with tempfile.TemporaryDirectory(prefix="account-tax-serve-") as scratch:
+            folder = Path(scratch)
+            # The records as a CSV file: `predict`'s own parsing, and its reject reasons.
+            source = folder / "records.csv"
+            as_text(model_input).write_csv(
+                source,
+                separator=self.spec.csv_separator,
+                null_value=(self.spec.null_values or ("",))[0],
+            )
+            paths = PredictPaths(*(folder / f"{name}.parquet" for name in ("out", "rej", "rev")))
+            predict_records(
+                source, self.spec, self.config, self.candidate, paths, self.provenance, k=self.top_k
+            )
+            return served_frame(
+                pl.read_parquet(paths.predictions), pl.read_parquet(paths.rejects), self.spec
+            ).to_pandas()
+
+
+def as_text(records: pd.DataFrame) -> pl.DataFrame:
+    """Every value as the text a CSV cell would hold; missing values stay missing."""
+    return pl.DataFrame(
+        {
+            str(column): [None if pd.isna(value) else str(value) for value in records[column]]
+            for column in records.columns
+        },
+        schema={str(column): pl.String for column in records.columns},
+    )
+
+
+def served_frame(predictions: pl.DataFrame, rejects: pl.DataFrame, spec: DataSpec) -> pl.DataFrame:
+    """Predicted and rejected rows together, in input order; a rejected row has its source row,
+    its id and the reason, and nulls in the prediction columns."""
+    rejected = rejects.select(
+        SOURCE_ROW,
+        pl.col(spec.id or SOURCE_ROW).cast(pl.String).alias(ID),
+        pl.col(REASON),
+    )
+    predicted = predictions.with_columns(pl.lit(None, dtype=pl.String).alias(REASON))
+    return pl.concat([predicted, rejected], how="diagonal_relaxed").sort(SOURCE_ROW)
+
+
+def record_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The sections that read a raw record, without the training data's location and chart
+    (prediction does not check labels against the classes)."""
+    chosen = {section: config[section] for section in RECORD_SECTIONS if section in config}
+    chosen["data"] = {
+        key: value
+        for key, value in chosen["data"].items()
+        if key not in ("classes", "chart_columns")
+    }
+    return chosen
+
+
+def signature(spec: DataSpec) -> mlflow.models.ModelSignature:
+    """The input columns from the config's column roles, all as text (a CSV's cells: a malformed
+    number comes back as a rejected row with its reason, not as an error); the label optional."""
+    from mlflow.types.schema import ColSpec, Schema
+
+    roles = [spec.id, *spec.text, *spec.categorical, *spec.numeric, *spec.date]
+    columns = [ColSpec("string", name) for name in dict.fromkeys(c for c in roles if c)]
+    columns.append(ColSpec("string", spec.label, required=False))
+    return mlflow.models.ModelSignature(inputs=Schema(columns))
+
+
+def input_example(test_records: Path, spec: DataSpec) -> pd.DataFrame:
+    """A few test records, as text in their configured formats."""
+    names = [c.name for c in signature(spec).inputs.inputs]
+    frame = pl.read_parquet(test_records).head(INPUT_EXAMPLE_ROWS).select(names)
+    frame = frame.with_columns(pl.col(c).dt.strftime(spec.date_format) for c in spec.date)
+    return frame.with_columns(pl.all().cast(pl.String)).to_pandas()
+
+
+def requirements(pyproject: Path, base_model: str) -> list[str]:
+    """The pinned requirements of prediction: the package's own and its `train` extra (from
+    pyproject.toml), the full MLflow (for `mlflow models serve`), and the base model's package."""
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    pins = [*project["dependencies"], *project["optional-dependencies"]["train"]]
+    pins.append(f"mlflow=={importlib.metadata.version('mlflow-skinny')}")
+    if base_model.startswith(PACKAGE_PREFIX):
+        module = base_model.removeprefix(PACKAGE_PREFIX).split("/")[0]
+        for distribution in importlib.metadata.packages_distributions().get(module, []):
+            pins.append(f"{distribution}=={importlib.metadata.version(distribution)}")
+    return pins
+
+
+def evaluated_rows_sha256(test_predictions: pl.DataFrame) -> str:
+    """The test split's identity: its record ids and true labels, in id order."""
+    rows = test_predictions.select(ID, LABEL).sort(ID).write_csv()
+    return hashlib.sha256(rows.encode()).hexdigest()
+
+
+def save_prediction_model(
+    folder: Path,
+    *,
+    config: dict[str, Any],
+    model_dir: Path,
+    baseline_model: Path,
+    evaluation: dict[str, Any],
+    test_predictions: Path,
+    test_records: Path,
+    provenance: Provenance,
+    pyproject: Path,
+    top_k: int,
+    batch_size: int,
+) -> None:
+    """Write the pyfunc model into `folder` (which must not exist)."""
+    shipped = evaluation["comparison"]["shipped"]
+    records = record_config(config)
+    spec = DataSpec.from_config(records)
+    with tempfile.TemporaryDirectory(prefix="register-") as scratch:
+        prediction = Path(scratch) / PREDICTION_SPEC
+        prediction.write_text(
+            json.dumps(
+                {
+                    "config": records,
+                    "shipped": shipped,
+                    "provenance": dataclasses.asdict(provenance),
+                    "top_k": top_k,
+                    "batch_size": batch_size,
+                },
+                indent=1,
+            ),
+            encoding="utf-8",
+        )
+        artifacts = {
+            "prediction": str(prediction),
+            "model": str(model_dir),
+            "test_predictions": str(test_predictions),
+        }
+        if shipped["candidate"] != "model":
+            artifacts["baseline"] = str(baseline_model)
+        info = read_training_info(model_dir)
+        mlflow.pyfunc.save_model(
+            str(folder),
+            python_model=PredictionModel(),
+            artifacts=artifacts,
+            code_paths=[str(Path(__file__).parent)],
+            signature=signature(spec),
+            input_example=input_example(test_records, spec),
+            pip_requirements=requirements(pyproject, info["base_model"]),
+            metadata={
+                "base_model": info["base_model"],
+                "candidate": shipped["candidate"],
+                "labels": len(json.loads((model_dir / LABEL_MAP).read_text(encoding="utf-8"))),
+            },
+        )
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def scored(predictions: pl.DataFrame, labels: list[str], threshold: float | None) -> ScoredRows:
+    index = {label: i for i, label in enumerate(labels)}
+    return ScoredRows(
+        predicted=np.array([index.get(label, -1) for label in predictions[PREDICTED_LABEL]]),
+        top_k_hit=np.array(
+            [
+                truth in top
+                for truth, top in zip(predictions[LABEL], predictions[TOP_K_LABELS], strict=True)
+            ]
+        ),
+        confidence=predictions[CONFIDENCE].to_numpy(),
+        threshold=threshold,
+    )
+
+
+def against_champion(
+    ours: pl.DataFrame,
+    theirs: pl.DataFrame,
+    labels: list[str],
+    thresholds: tuple[float | None, float | None],
+    *,
+    resamples: int,
+    seed: int,
+) -> dict[str, float]:
+    """The paired bootstrap interval of (ours - theirs) in test macro-F1, on the same rows."""
+    joined = ours.join(theirs, on=ID, how="inner", suffix="_champion").sort(ID)
+    if joined.height != ours.height or joined.height != theirs.height:
+        raise ValueError("the champion's test rows differ from this run's")
+    # A class the champion predicts that this label map lacks counts as one more (wrong) class.
+    index = {label: i for i, label in enumerate(labels)}
+    y_true = np.array([index[label] for label in joined[LABEL]])
+    champion = joined.select(
+        ID,
+        LABEL,
+        *(pl.col(f"{c}_champion").alias(c) for c in (PREDICTED_LABEL, CONFIDENCE, TOP_K_LABELS)),
+    )
+    rows = {"ours": scored(joined, labels, thresholds[0])}
+    rows["champion"] = scored(champion, labels, thresholds[1])
+    rows["champion"].predicted[rows["champion"].predicted < 0] = len(labels)
+    bootstrap = paired_bootstrap(y_true, rows, len(labels) + 1, resamples=resamples, seed=seed)
+    return bootstrap["difference"]["ours"]["champion"][DECIDING_METRIC]
+
+
+def current_version(client, name: str, alias: str):
+    """The version holding `alias`, or None (no such model or alias yet)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(name, alias)
+    except MlflowException:
+        return None
+
+
+def champion_decision(
+    client,
+    tracking_uri: str,
+    name: str,
+    alias: str,
+    evaluation: dict[str, Any],
+    ours: pl.DataFrame,
+    labels: list[str],
+    *,
+    resamples: int,
+    seed: int,
+) -> dict[str, Any]:
+    """Whether the new version takes `alias`, and why."""
+    shipped = evaluation["comparison"]["shipped"]
+    verdict = shipped.get("verdict")
+    if verdict != BETTER:
+        judged = verdict or "not judged (no test rows, or the baseline itself)"
+        return {
+            "moved": False,
+            "why": f"the shipped {shipped['candidate']} is {judged} against the baseline on test",
+        }
+    current = current_version(client, name, alias)
+    if current is None:
+        return {"moved": True, "why": "better than the baseline on test; there was no champion"}
+    if current.tags.get("test_split_sha256") != evaluated_rows_sha256(ours):
+        return {
+            "moved": True,
+            "why": f"better than the baseline on test; champion version {current.version} was "
+            "tested on other rows, so only the baseline compares on this test split",
+        }
+    theirs = pl.read_parquet(
+        mlflow.artifacts.download_artifacts(
+            f"{current.source}/artifacts/{TEST_PREDICTIONS}", tracking_uri=tracking_uri
+        )
+    )
+    champion_threshold = current.tags.get("auto_threshold")
+    difference = against_champion(
+        ours,
+        theirs,
+        labels,
+        (shipped["threshold"], float(champion_threshold) if champion_threshold else None),
+        resamples=resamples,
+        seed=seed,
+    )
+    verdict = judge(difference)
+    return {
+        "moved": verdict == BETTER,
+        "why": f"{verdict} than champion version {current.version} on the same test rows "
+        f"(macro-F1 difference {difference['value']:+.3f}, 95 % interval "
+        f"[{difference['low']:+.3f}, {difference['high']:+.3f}])",
+        "difference_from_champion": difference,
+    }
+
+
+def register_version(client, name: str, run_id: str, folder: Path, tags: dict[str, str]):
+    """Log the saved model into the run's artifacts (its one stored copy) and register it."""
+    from mlflow.exceptions import MlflowException
+
+    client.log_artifacts(run_id, str(folder), ARTIFACT_PATH)
+    source = f"{client.get_run(run_id).info.artifact_uri}/{ARTIFACT_PATH}"
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        client.create_registered_model(
+            name, description="account-tax: raw accounting records to account suggestions"
+        )
+    return client.create_model_version(name, source, run_id=run_id, tags=tags)

@@ -1,0 +1,96 @@
+"""Who gets the champion alias: a real SQLite Model Registry with versions whose test
+predictions are real files; the decision moves the alias only as the README says."""
+
+import numpy as np
+import polars as pl
+import pytest
+from mlflow import MlflowClient
+
+from account_tax.registry import TEST_PREDICTIONS, champion_decision, evaluated_rows_sha256
+
+LABELS = ["1000", "2000", "3000", "4000"]
+ROWS = 200
+
+
+def predictions(correct: float, seed: int, ids: range = range(ROWS)) -> pl.DataFrame:
+    """Test predictions where a fraction `correct` of the rows is right."""
+    rng = np.random.default_rng(seed)
+    truth = [LABELS[i % len(LABELS)] for i in ids]
+    right = rng.random(len(truth)) < correct
+    predicted = [
+        t if ok else LABELS[(LABELS.index(t) + 1) % 4] for t, ok in zip(truth, right, strict=True)
+    ]
+    return pl.DataFrame(
+        {
+            "id": [f"r{i:04d}" for i in ids],
+            "label": truth,
+            "predicted_label": predicted,
+            "confidence": rng.uniform(0.3, 1.0, len(truth)).astype(np.float32),
+            "top_k_labels": [[p, t] for p, t in zip(predicted, truth, strict=True)],
+        }
+    )
+
+
+@pytest.fixture
+def registry(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    client.create_registered_model("m")
+    return client, uri, tmp_path
+
+
+def add_champion(registry, frame: pl.DataFrame) -> str:
+    client, _, folder = registry
+    source = folder / f"version-{len(list(folder.glob('version-*')))}"
+    (source / "artifacts").mkdir(parents=True)
+    frame.write_parquet(source / "artifacts" / TEST_PREDICTIONS)
+    tags = {"test_split_sha256": evaluated_rows_sha256(frame), "auto_threshold": "0.5"}
+    version = client.create_model_version("m", source.as_uri(), tags=tags)
+    client.set_registered_model_alias("m", "champion", version.version)
+    return version.version
+
+
+def decide(registry, verdict: str | None, ours: pl.DataFrame) -> dict:
+    client, uri, _ = registry
+    evaluation = {"comparison": {"shipped": {"candidate": "model", "threshold": 0.5}}}
+    if verdict is not None:
+        evaluation["comparison"]["shipped"]["verdict"] = verdict
+    return champion_decision(
+        client, uri, "m", "champion", evaluation, ours, LABELS, resamples=300, seed=1
+    )
+
+
+@pytest.mark.parametrize("verdict", ["no significant difference", "worse", None])
+def test_not_better_than_the_baseline_never_takes_the_alias(registry, verdict):
+    decision = decide(registry, verdict, predictions(0.99, seed=1))
+    assert not decision["moved"]
+    assert "against the baseline on test" in decision["why"]
+
+
+def test_better_than_the_baseline_and_no_champion_takes_it(registry):
+    decision = decide(registry, "better", predictions(0.9, seed=1))
+    assert decision == {
+        "moved": True,
+        "why": "better than the baseline on test; there was no champion",
+    }
+
+
+def test_a_champion_on_the_same_rows_must_be_beaten(registry):
+    champion = predictions(0.6, seed=2)
+    version = add_champion(registry, champion)
+    tie = decide(registry, "better", champion)
+    assert not tie["moved"]
+    assert f"no significant difference than champion version {version}" in tie["why"]
+    assert tie["difference_from_champion"]["value"] == 0
+    better = decide(registry, "better", predictions(0.95, seed=3))
+    assert better["moved"]
+    assert better["difference_from_champion"]["low"] > 0
+    worse = decide(registry, "better", predictions(0.3, seed=4))
+    assert not worse["moved"] and worse["why"].startswith("worse than champion")
+
+
+def test_a_champion_tested_on_other_rows_compares_through_the_baseline(registry):
+    version = add_champion(registry, predictions(0.99, seed=2, ids=range(ROWS, 2 * ROWS)))
+    decision = decide(registry, "better", predictions(0.7, seed=1))
+    assert decision["moved"]
+    assert f"champion version {version} was tested on other rows" in decision["why"]
