@@ -80,7 +80,7 @@ def test_a_champion_on_the_same_rows_must_be_beaten(registry):
     version = add_champion(registry, champion)
     tie = decide(registry, "better", champion)
     assert not tie["moved"]
-    assert f"no significant difference than champion version {version}" in tie["why"]
+    assert f"no significant difference from champion version {version}" in tie["why"]
     assert tie["difference_from_champion"]["value"] == 0
     better = decide(registry, "better", predictions(0.95, seed=3))
     assert better["moved"]

@@ -28,9 +28,9 @@ import numpy as np
 import pandas as pd
 import polars as pl
 
-from account_tax.bootstrap import BETTER, ScoredRows, judge, paired_bootstrap
+from account_tax.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
 from account_tax.clean import REASON
-from account_tax.evaluation import DECIDING_METRIC
+from account_tax.evaluation import DECIDING_METRIC, MODEL
 from account_tax.io import PACKAGE_PREFIX
 from account_tax.model import LABEL_MAP, read_training_info
 from account_tax.predict import Candidate, PredictPaths, Provenance, predict_records
@@ -43,6 +43,7 @@ ARTIFACT_PATH = "prediction_model"
 PREDICTION_SPEC = "prediction.json"
 TEST_PREDICTIONS = "test_predictions.parquet"
 INPUT_EXAMPLE_ROWS = 3
+COMPARED = {BETTER: "better than", TIE: "no significant difference from", WORSE: "worse than"}
 # The config sections that turn a raw record into the model's text.
 RECORD_SECTIONS = ("data", "clean", "features", "serialize")
 
@@ -199,7 +200,7 @@ def save_prediction_model(
             "model": str(model_dir),
             "test_predictions": str(test_predictions),
         }
-        if shipped["candidate"] != "model":
+        if shipped["candidate"] != MODEL:
             artifacts["baseline"] = str(baseline_model)
         info = read_training_info(model_dir)
         mlflow.pyfunc.save_model(
@@ -322,7 +323,7 @@ def champion_decision(
     verdict = judge(difference)
     return {
         "moved": verdict == BETTER,
-        "why": f"{verdict} than champion version {current.version} on the same test rows "
+        "why": f"{COMPARED[verdict]} champion version {current.version} on the same test rows "
         f"(macro-F1 difference {difference['value']:+.3f}, 95 % interval "
         f"[{difference['low']:+.3f}, {difference['high']:+.3f}])",
         "difference_from_champion": difference,
