@@ -12,11 +12,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 from mlflow import MlflowClient
 from sample_ledger import ledger_config, ledger_row, small_ledger
 from workflow_runner import (
     REPO,
     SECRETS,
+    VENV_BIN,
     jobs_run,
     snakemake,
     snakemake_command,
@@ -431,3 +433,41 @@ def test_decoder_config_plans_the_whole_workflow_with_smollm2(tmp_path):
         assert planned.get(rule) == 1, (rule, planned)
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in dry.stdout
     assert "gate_proj" in dry.stdout
+
+
+MODULE_SNAKEFILE = """\
+configfile: "config.yaml"
+
+
+module account_tax:
+    snakefile:
+        "{snakefile}"
+    config:
+        config
+
+
+use rule * from account_tax as at_*
+"""
+
+
+def test_used_as_a_module_from_another_folder(finished_run, tmp_path):
+    """A user's folder with its own config and a Snakefile that imports this workflow as a
+    module (README, "Using it as a Snakemake module"): the data stages run the repository's
+    scripts and write into the user's folder the same files as the workflow run from here."""
+    workdir, _, config, _ = finished_run
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    (tmp_path / "Snakefile").write_text(MODULE_SNAKEFILE.format(snakefile=REPO / "Snakefile"))
+    result = subprocess.run(
+        [str(VENV_BIN / "snakemake"), "--cores", "2", *SERIALIZED],
+        cwd=tmp_path,
+        env=snakemake_env(tmp_path),
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "localrules directive specifies rules that are not present" not in result.stderr
+    stages = {"ingest": 1, "clean": 1, "features": 1, "split": 1, "serialize": 3}
+    assert jobs_run(result) == {f"at_{rule}": count for rule, count in stages.items()}
+    for path in [*SERIALIZED, "results/features/label_map.json"]:
+        assert (tmp_path / path).read_bytes() == (workdir / path).read_bytes(), path
+    assert (tmp_path / "logs/ingest/ingest.log").is_file()

@@ -20,9 +20,16 @@ if "data" in workflow.config_settings.overwrite_config:
 validate(config, schema="../schemas/config.schema.yaml")
 
 
+# The repository this workflow lives in: scripts, config files and pyproject.toml are found here,
+# also when it is used as a module from another folder (where workflow.basedir is that folder's).
+WORKFLOW_ROOT = Path(
+    workflow.current_basedir.get_path_or_uri(secret_free=True)
+).parents[1]
+
+
 def workflow_file(path):
     """A path relative to the working directory, else to the workflow (its own config files)."""
-    return path if Path(path).exists() else str(Path(workflow.basedir) / path)
+    return path if Path(path).exists() else str(WORKFLOW_ROOT / path)
 
 
 config["train"]["deepspeed_config"] = workflow_file(config["train"]["deepspeed_config"])
@@ -61,7 +68,7 @@ def settings(*sections):
 
 def script(name):
     """A stage script by absolute path, so the workflow also runs with `--directory` elsewhere."""
-    return str(Path(workflow.basedir) / "scripts" / f"{name}.py")
+    return str(WORKFLOW_ROOT / "scripts" / f"{name}.py")
 
 
 def code_sha256(name):

@@ -9,7 +9,7 @@ onstart:
         config,
         [Path(path) for path in raw_inputs()],
         Path(RUN_FILE),
-        repo=Path(workflow.basedir),
+        repo=WORKFLOW_ROOT,
         command=redact_command(sys.argv),
     )
     logger.info(
@@ -19,7 +19,7 @@ onstart:
 
 onsuccess:
     run = finish_run(
-        Path(RUN_FILE), Path("benchmarks"), "FINISHED", repo=Path(workflow.basedir)
+        Path(RUN_FILE), Path("benchmarks"), "FINISHED", repo=WORKFLOW_ROOT
     )
     logger.info(
         f"MLflow run {run['run_id']} finished; reused outputs of: {run['reused_rules']}"
@@ -27,6 +27,4 @@ onsuccess:
 
 
 onerror:
-    finish_run(
-        Path(RUN_FILE), Path("benchmarks"), "FAILED", repo=Path(workflow.basedir)
-    )
+    finish_run(Path(RUN_FILE), Path("benchmarks"), "FAILED", repo=WORKFLOW_ROOT)

@@ -6,12 +6,6 @@
 # outputs before it re-runs it, and a failed re-upload must not lose the proof of an earlier one.
 
 
-localrules:
-    upload_checkpoints,
-    upload_model,
-    retain,
-
-
 rule upload_checkpoints:
     input:
         marker="results/train/segments/{segment}.json",
@@ -21,6 +15,7 @@ rule upload_checkpoints:
         "logs/upload/checkpoints-{segment}.log",
     benchmark:
         "benchmarks/upload/checkpoints-{segment}.tsv"
+    localrule: True
     conda:
         "../../envs/tracking.yaml"
     container:
@@ -46,6 +41,7 @@ rule upload_model:
         "logs/upload/model.log",
     benchmark:
         "benchmarks/upload/model.tsv"
+    localrule: True
     conda:
         "../../envs/tracking.yaml"
     container:
@@ -71,6 +67,7 @@ rule retain:
         "logs/retain/segment-{segment}.log",
     benchmark:
         "benchmarks/retain/segment-{segment}.tsv"
+    localrule: True
     conda:
         "../../envs/tracking.yaml"
     container:
