@@ -19,6 +19,7 @@ import logging
 import os
 from pathlib import Path
 
+from account_tax import cli
 from account_tax.settings import load_settings
 from account_tax.tracking import log_history, log_stage, read_run
 from account_tax.train_settings import TrainSettings
@@ -64,6 +65,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    cli.quiet_library_bars()
     rank = os.environ.get("RANK", "0")
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s rank {rank} %(levelname)s %(name)s: %(message)s"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,11 +35,26 @@ def parser(description: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def quiet_library_bars() -> None:
+    """Turn off the download and weight-loading bars of Hugging Face and MLflow when stderr is not
+    a terminal: in a rule's log file they are carriage-return noise. The libraries are reached
+    through sys.modules: a stage that has not imported them does not need them."""
+    if sys.stderr.isatty():
+        return
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
 def run(main: Callable[[], object]) -> None:
     """Run a stage; bad input ends it with one clear line and exit status 2, not a traceback."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    quiet_library_bars()
     try:
         main()
     except DataError as error:

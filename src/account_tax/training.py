@@ -21,7 +21,6 @@ from typing import Any
 import deepspeed
 import torch
 import torch.distributed as torch_dist
-from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase, get_linear_schedule_with_warmup, set_seed
 
 from account_tax.batching import (
@@ -53,6 +52,7 @@ from account_tax.model import (
     resolve_model_dir,
 )
 from account_tax.precision import resolve_precision
+from account_tax.progress import progress_bar
 from account_tax.train_settings import RUN_ONLY_KEYS, EarlyStoppingSettings, TrainSettings
 
 log = logging.getLogger(__name__)
@@ -391,7 +391,7 @@ def train(
             run_dir,
         )
 
-    progress = tqdm(
+    progress = progress_bar(
         total=stop_step, initial=start_step, desc="train", unit="step", disable=not dist.is_main
     )
     step = start_step
