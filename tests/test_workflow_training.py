@@ -640,3 +640,43 @@ def test_champion_served_over_http_equals_predict(trained):
     assert served.loc[served["reason"].notna(), "reason"].tolist() == [
         "unparseable number in column 'amount': 'not a number'"
     ]
+
+
+def test_stage_logs_hold_whole_lines(trained):
+    """Progress in a rule's log is a line every so often, never carriage-return redraws."""
+    workdir, *_ = trained
+    logs = sorted((workdir / "logs").rglob("*.log"))
+    assert {path.parent.name for path in logs} >= {"train", "evaluate", "register", "predict"}
+    for path in logs:
+        assert b"\r" not in path.read_bytes(), path
+    assert any("train: 100%" in path.read_text() for path in logs if path.parent.name == "train")
+
+
+def test_notebook_loads_the_run_and_plots_per_class_f1(trained, monkeypatch):
+    """notebooks/explore.ipynb, executed headless on the workflow's results: every cell runs,
+    the review queue is the test rows below the shipped threshold, and the F1 plot is drawn."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    import account_tax
+
+    workdir, *_ = trained
+    monkeypatch.setenv("ACCOUNT_TAX_WORKDIR", str(workdir))
+    monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
+    notebook = nbformat.read(REPO / "notebooks" / "explore.ipynb", as_version=4)
+    NotebookClient(notebook, timeout=300, kernel_name="python3").execute(
+        cwd=str(REPO / "notebooks")
+    )
+    outputs = [cell.outputs for cell in notebook.cells if cell.cell_type == "code"]
+    assert not [o for cell in outputs for o in cell if o.output_type == "error"]
+    predictions = account_tax.load("evaluate", "test_predictions", workdir)
+    threshold = account_tax.load("evaluate", workdir=workdir)["comparison"]["shipped"]["threshold"]
+    below = (
+        predictions.height if threshold is None else (predictions["confidence"] < threshold).sum()
+    )
+    printed = "".join(o.get("text", "") for o in outputs[2] if o.output_type == "stream")
+    assert f"{below} of {predictions.height} test rows to review" in printed
+    assert any("image/png" in o.get("data", {}) for o in outputs[3])
+    runs = account_tax.runs(workdir)
+    assert runs.height >= 1 and set(runs["status"]) <= {"FINISHED", "RUNNING", "FAILED"}
+    assert runs["evaluate/test_macro_f1"].drop_nulls().len() >= 1
