@@ -17,7 +17,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export XDG_CACHE_HOME ?= $(abspath .cache)
 
-.PHONY: run test lint format bench
+.PHONY: run test test-fast lint format bench
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,11 @@ format: $(STAMP)
 
 test: lint
 	$(BIN)/pytest
+
+# The edit loop: the unit tests, without the end-to-end workflow runs (SLURM, Apptainer, the
+# browser), the S3 server and whole training runs.
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not workflow and not s3 and not slow"
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'

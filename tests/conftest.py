@@ -26,3 +26,10 @@ def write_csv(tmp_path):
         return path
 
     return write
+
+
+def pytest_collection_modifyitems(items):
+    """Tests on the real S3 server are marked `s3`, so that `make test-fast` can leave them out."""
+    for item in items:
+        if "s3_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.s3)

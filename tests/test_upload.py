@@ -460,6 +460,7 @@ def test_killed_upload_leaves_no_receipt_keeps_the_checkpoint_and_can_be_redone(
     assert head["ContentLength"] == 64 * MIB
 
 
+@pytest.mark.s3
 def test_server_cli_writes_a_usable_env_file_and_stops(tmp_path):
     pid_file, env_file = tmp_path / "weed.pid", tmp_path / "s3.env"
     module = [sys.executable, "-m", "account_tax.s3server"]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pytest
 import torch
 
 from account_tax.inference import load_classifier, predict_logits
@@ -14,6 +15,7 @@ from account_tax.precision import cpu_has_bf16
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_auto_precision_trains_resumes_and_predicts_in_the_cpus_best_format(
     ledger, tiny_bert, tiny_settings, run_training, train_command, tmp_path
 ):

@@ -31,6 +31,7 @@ def small_ledger(ledger, tmp_path_factory):
     return paths
 
 
+@pytest.mark.slow
 def test_smollm2_from_gguf_trains_resumes_saves_and_predicts(
     small_ledger, tiny_settings, run_training, train_command, tmp_path
 ):

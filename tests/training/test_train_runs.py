@@ -80,6 +80,7 @@ def kill_after_checkpoint(command, env, run_root, step, log):
     assert len(workers) >= 2, "expected the launcher's two workers"
 
 
+@pytest.mark.slow
 def test_two_processes_killed_and_resumed_end_as_an_uninterrupted_run(
     ledger, tiny_bert, tiny_settings, run_training, train_command, tmp_path
 ):
@@ -196,6 +197,7 @@ def test_full_fine_tuning_without_validation_rows_saves_the_whole_model(
     assert predict_probabilities(model, tokenizer, ["memo rent"]).shape == (1, 5)
 
 
+@pytest.mark.slow
 def test_segments_stop_at_a_checkpoint_and_end_as_an_uninterrupted_run(
     ledger, tiny_bert, tiny_settings, run_training, train_command, tmp_path
 ):
