@@ -157,9 +157,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     rows = records(workdir, max(args.single, args.batched * 100))
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    from account_tax.distributed import free_port
+    from account_tax.ports import free_ports
 
-    port = free_port()
+    (port,) = free_ports(1)
     model = f"models:/{args.name}@{args.alias}"
     server = start_server(f"sqlite:///{database}", model, port, args.json.with_suffix(".log"))
     try:

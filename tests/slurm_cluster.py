@@ -18,11 +18,12 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from account_tax.ports import free_ports
 
 PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
 BINARIES = [
@@ -60,12 +61,6 @@ def install_slurm() -> str | None:
 
 def _sbin(name: str) -> str:
     return shutil.which(name, path=os.pathsep.join(["/usr/sbin", "/sbin", os.environ["PATH"]]))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def machine() -> dict[str, int]:
@@ -113,15 +108,16 @@ class SlurmCluster:
         # Every slurmd checks its node line against the machine: leave the kernel some memory.
         memory = (host["memory_mb"] - 512) // self.nodes
         gres = f" Gres=gpu:{self.gpus_per_node}" if self.gpus_per_node else ""
+        controller_port, *node_ports = free_ports(1 + len(self.node_names))
         node_lines = [
-            f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={free_port()}"
+            f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port}"
             f" CPUs={cpus} RealMemory={memory}{gres} State=UNKNOWN"
-            for name in self.node_names
+            for name, port in zip(self.node_names, node_ports, strict=True)
         ]
         lines = [
             "ClusterName=ci",
             "SlurmctldHost=localhost(127.0.0.1)",
-            f"SlurmctldPort={free_port()}",
+            f"SlurmctldPort={controller_port}",
             "SlurmUser=root",
             "SlurmdUser=root",
             "AuthType=auth/munge",

@@ -29,6 +29,7 @@ from account_tax.manifest import (
     lock_path,
     write_manifest,
 )
+from account_tax.ports import free_ports
 from account_tax.retention import RetainSettings, load_receipts, retain
 from account_tax.s3 import (
     CheckpointError,
@@ -352,7 +353,7 @@ def test_two_runs_never_share_keys(tmp_path, upload_settings):
 def test_server_down_is_a_clear_error_without_receipt(
     tmp_path, upload_settings, run_info, monkeypatch
 ):
-    (port,) = s3server.free_ports(1)
+    (port,) = free_ports(1)
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
     source = make_checkpoint(tmp_path, 1, {"model.bin": 1000})
     receipt = tmp_path / "receipt.json"
@@ -392,7 +393,7 @@ def test_cli_uploads_refuses_and_fails_clearly_without_showing_secrets(
     assert "no such checkpoint folder" in refused.stderr
 
     # The server is gone, and a planted secret is in the environment.
-    (port,) = s3server.free_ports(1)
+    (port,) = free_ports(1)
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
     failed = run_cli(source, receipts / "failed.json", kept, run_file, settings)

@@ -3,7 +3,6 @@
 import hashlib
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from workflow_runner import (
     snakemake_command,
     snakemake_env,
 )
+
+from account_tax.ports import free_ports
 
 pytestmark = pytest.mark.workflow
 
@@ -301,9 +302,7 @@ def test_readme_standalone_stage_command(finished_run, tmp_path):
 def test_readme_mlflow_ui_shows_the_run(finished_run):
     workdir, *_ = finished_run
     run = json.loads((workdir / "results/tracking/run.json").read_text())
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    (port,) = free_ports(1)
     ui = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "mlflow"),

@@ -25,9 +25,9 @@ from tiny_models import build_tiny_bert
 from workflow_runner import REPO, VENV_BIN, jobs_run, snakemake
 
 import account_tax.predict
-from account_tax.distributed import free_port
 from account_tax.io import sha256_file
 from account_tax.manifest import content_sha256
+from account_tax.ports import free_ports
 from account_tax.predict import (
     PROVENANCE_COLUMNS,
     Candidate,
@@ -599,7 +599,7 @@ def test_champion_served_over_http_equals_predict(trained):
     version = json.loads((workdir / "results/register/model.json").read_text())["version"]
     # The tiny model need not beat the baseline: promote it by hand, as a reviewer may.
     client.set_registered_model_alias("account-tax", "champion", version)
-    port = free_port()
+    (port,) = free_ports(1)
     command = [str(VENV_BIN / "mlflow"), "models", "serve", "-m", "models:/account-tax@champion"]
     command += ["--env-manager", "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"]
     environment = os.environ | {

@@ -8,13 +8,14 @@ for MPI and fails.
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 import deepspeed
 import torch
 import torch.distributed as dist
+
+from account_tax.ports import free_ports
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,6 @@ class Distributed:
         return self.rank == 0
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def set_launch_defaults() -> None:
     """Fill what torchrun would set, and keep compiled extensions and tokenizers in line."""
     os.environ.setdefault("RANK", "0")
@@ -42,7 +37,7 @@ def set_launch_defaults() -> None:
     os.environ.setdefault("WORLD_SIZE", "1")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     # A free port, not a fixed one: two single-process jobs may run side by side.
-    os.environ.setdefault("MASTER_PORT", str(free_port()))
+    os.environ.setdefault("MASTER_PORT", str(free_ports(1)[0]))
     # DeepSpeed compiles a CPU communication module on first use; keep it with the project, not
     # in the home folder.
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(".cache/torch_extensions").resolve()))

