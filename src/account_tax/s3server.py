@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import boto3
+import psutil
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -282,11 +283,13 @@ def weed_server_argv(pid: int) -> list[str] | None:
     """The command line of `pid` if it is a live `weed server` (a stale pid file may name a
     reused pid, and an exited server may linger as a zombie)."""
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError, UnicodeDecodeError):
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        argv = process.cmdline()
+    except psutil.Error:
         return None
-    if state == "Z" or len(argv) < 2 or Path(argv[0]).name != "weed" or argv[1] != "server":
+    if len(argv) < 2 or Path(argv[0]).name != "weed" or argv[1] != "server":
         return None
     return argv
 
