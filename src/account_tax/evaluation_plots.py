@@ -15,6 +15,7 @@ from typing import Any
 
 import matplotlib
 import numpy as np
+from sklearn.metrics import confusion_matrix
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
@@ -154,8 +155,11 @@ def grouped_confusion(
     # Position of every label id in the matrix; the folded ones share the last position.
     position = np.full(len(labels), len(top))
     position[top] = np.arange(len(top))
-    counts = np.zeros((len(top) + 1, len(top) + 1), dtype=np.int64)
-    np.add.at(counts, (position[y_true], position[y_pred]), 1)
+    if not len(y_true):
+        return ConfusionMatrix([], np.zeros((0, 0), dtype=np.int64))
+    counts = confusion_matrix(
+        position[y_true], position[y_pred], labels=np.arange(len(top) + 1)
+    ).astype(np.int64)
     names = [labels[i] for i in top]
     if counts[-1].any() or counts[:, -1].any():
         return ConfusionMatrix([*names, OTHER], counts)

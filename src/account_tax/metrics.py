@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from sklearn.metrics import accuracy_score, precision_recall_fscore_support
 
 TOP_K = 3
 """The k of the top-k accuracy: the true account among the k most probable ones."""
@@ -18,15 +19,16 @@ def top_k(probabilities: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k most probable label ids of each row, most probable first, and their probabilities.
 
     Ties go to the lower label id (a stable sort), the same rule as `argmax`, so the first id is
-    always the top-1 prediction. With fewer than k labels, all of them are returned.
+    always the top-1 prediction. With fewer than k labels, all of them are returned. (sklearn's
+    `top_k_accuracy_score` breaks ties towards the higher id, so top-k is counted here.)
     """
     order = np.argsort(-probabilities, axis=1, kind="stable")[:, :k]
     return order, np.take_along_axis(probabilities, order, axis=1)
 
 
-def _ratio(numerator: int, denominator: int) -> float | None:
+def _defined(value: float) -> float | None:
     """A plain float, or None where the ratio is undefined (0/0)."""
-    return float(numerator / denominator) if denominator else None
+    return None if np.isnan(value) else float(value)
 
 
 def classification_metrics(
@@ -77,28 +79,32 @@ def classification_metrics(
     predicted = ranked[:, 0]
     support = np.bincount(y_true, minlength=num_labels)
     predicted_count = np.bincount(predicted, minlength=num_labels)
-    true_positive = np.bincount(y_true[predicted == y_true], minlength=num_labels)
+    if samples:
+        # NaN where a ratio is undefined (0/0); F1 = 2·TP / (2·TP + FP + FN).
+        precision, recall, f1_all, _ = precision_recall_fscore_support(
+            y_true, predicted, labels=np.arange(num_labels), average=None, zero_division=np.nan
+        )
+    else:
+        precision = recall = f1_all = np.full(num_labels, np.nan)
 
     per_class = {
         label: {
             "label_id": label_id,
             "support": int(support[label_id]),
             "predicted": int(predicted_count[label_id]),
-            "precision": _ratio(true_positive[label_id], predicted_count[label_id]),
-            "recall": _ratio(true_positive[label_id], support[label_id]),
-            "f1": _ratio(
-                2 * true_positive[label_id], support[label_id] + predicted_count[label_id]
-            ),
+            "precision": _defined(precision[label_id]),
+            "recall": _defined(recall[label_id]),
+            "f1": _defined(f1_all[label_id]),
             "zero_support": bool(support[label_id] == 0),
         }
         for label_id, label in enumerate(labels)
     }
     # Over present classes only, where 2·TP + FP + FN > 0 always holds.
     present = support > 0
-    f1 = 2 * true_positive[present] / (support[present] + predicted_count[present])
+    f1 = f1_all[present]
     return {
         "samples": samples,
-        "accuracy": _ratio(int(true_positive.sum()), samples),
+        "accuracy": float(accuracy_score(y_true, predicted)) if samples else None,
         "macro_f1": float(f1.mean()) if samples else None,
         "weighted_f1": float((f1 * support[present]).sum() / samples) if samples else None,
         TOP_K_ACCURACY: (
