@@ -22,7 +22,7 @@ from s3_helpers import BUCKET
 from sample_ledger import ledger_config, ledger_row, small_ledger
 from snakemake.utils import validate
 from tiny_models import build_tiny_bert
-from workflow_runner import REPO, VENV_BIN, jobs_run, snakemake
+from workflow_runner import REPO, SECRETS, VENV_BIN, jobs_run, snakemake
 
 import account_tax.predict
 from account_tax.io import sha256_file
@@ -680,3 +680,21 @@ def test_notebook_loads_the_run_and_plots_per_class_f1(trained, monkeypatch):
     runs = account_tax.runs(workdir)
     assert runs.height >= 1 and set(runs["status"]) <= {"FINISHED", "RUNNING", "FAILED"}
     assert runs["evaluate/test_macro_f1"].drop_nulls().len() >= 1
+
+
+def test_no_secret_in_the_registered_model(trained):
+    """Neither the S3 secret nor the sentinel MLflow token (both in every job's environment)
+    reaches the registered model's files, its requirements or its version's tags."""
+    workdir, _, _, server = trained
+    secrets = [server.env()["AWS_SECRET_ACCESS_KEY"], *SECRETS.values()]
+    record = json.loads((workdir / "results/register/model.json").read_text())
+    version = MlflowClient(registry_uri(workdir)).get_model_version(
+        "account-tax", record["version"]
+    )
+    stored = Path(version.source.removeprefix("file://"))
+    files = [path for path in stored.rglob("*") if path.is_file()]
+    assert stored / "requirements.txt" in files and stored / "MLmodel" in files
+    for secret in secrets:
+        assert secret not in json.dumps(version.tags)
+        for path in files:
+            assert secret.encode() not in path.read_bytes(), path
