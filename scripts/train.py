@@ -9,6 +9,9 @@ Training resumes from the newest complete checkpoint in --checkpoint-dir, which 
 outside the rule's declared outputs (Snakemake deletes those before a re-run). With
 `train.segments` > 1, `--segment s` trains up to the end of segment s and stops after a
 checkpoint; the last segment also writes the final outputs.
+
+SIGTERM or SIGINT stops every process after the current step (with the checkpoint, if one was
+due) and writes no output; so does the death of the launcher (see account_tax.stop_signals).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from account_tax import cli
 from account_tax.settings import load_settings
+from account_tax.stop_signals import TrainingStopped, die_on_stop_signals, stop_with_parent
 from account_tax.tracking import log_history, log_stage, read_run
 from account_tax.train_settings import TrainSettings
 from account_tax.training import TrainPaths, train
@@ -65,6 +69,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    die_on_stop_signals()
+    stop_with_parent()
     cli.quiet_library_bars()
     rank = os.environ.get("RANK", "0")
     logging.basicConfig(
@@ -83,7 +89,15 @@ def main() -> None:
     )
     tracked = args.tracking is not None and args.tracking.exists()
     mlflow_run_id = read_run(args.tracking)["run_id"] if tracked else None
-    metrics = train(settings, paths, args.segment, mlflow_run_id)
+    try:
+        metrics = train(settings, paths, args.segment, mlflow_run_id)
+    except TrainingStopped as stopped:
+        logging.getLogger("train").warning(
+            "%s; the next run resumes from the newest checkpoint in %s",
+            stopped,
+            args.checkpoint_dir,
+        )
+        raise SystemExit(stopped.exit_code) from None
     if metrics is not None and rank == "0":
         numeric = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
         log_stage(

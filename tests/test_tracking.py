@@ -6,6 +6,7 @@ from mlflow import MlflowClient
 
 from account_tax.tracking import (
     MAX_PARAM_LENGTH,
+    close_abandoned_run,
     finish_run,
     flatten,
     log_stage,
@@ -91,6 +92,39 @@ def test_run_lifecycle_against_a_real_sqlite_store(tmp_path, monkeypatch):
         "clean/counts.json"
     ]
     assert record["tracking_uri"] == f"sqlite:///{tmp_path / 'tracking' / 'mlflow.db'}"
+
+
+def test_a_run_left_running_by_a_dead_workflow_is_closed_as_killed(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    run_file = tmp_path / "tracking" / "run.json"
+    config = {"tracking": {"experiment": "unit"}}
+    record = start_run(config, [], run_file, repo=tmp_path, command="snakemake")
+    mlflow = MlflowClient(tracking_uri=record["tracking_uri"])
+    # Its owner, this process, still runs: not abandoned.
+    assert close_abandoned_run(run_file) is None
+    assert mlflow.get_run(record["run_id"]).info.status == "RUNNING"
+
+    # A process that has ended had the run.
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    run = json.loads(run_file.read_text())
+    run["owner"] |= {"pid": ended.pid}
+    run_file.write_text(json.dumps(run))
+    closed = close_abandoned_run(run_file)
+    assert closed["status"] == json.loads(run_file.read_text())["status"] == "KILLED"
+    killed = mlflow.get_run(record["run_id"])
+    assert killed.info.status == "KILLED"
+    assert f"workflow process {ended.pid}" in killed.data.tags["closed_because"]
+    assert close_abandoned_run(run_file) is None  # closed once
+
+    # A run that finished is left alone, whatever its owner.
+    record = start_run(config, [], run_file, repo=tmp_path, command="snakemake")
+    finish_run(run_file, tmp_path / "benchmarks", "FINISHED", repo=tmp_path)
+    run = json.loads(run_file.read_text())
+    run["owner"] |= {"host": "another-host"}
+    run_file.write_text(json.dumps(run))
+    assert close_abandoned_run(run_file) is None
+    assert mlflow.get_run(record["run_id"]).info.status == "FINISHED"
 
 
 def test_stage_without_run_file_logs_nothing(tmp_path):

@@ -200,6 +200,8 @@ def start_run(
     for path in raw_inputs:
         tags[f"input_sha256.{path.name}"] = sha256_file(path)
         tags[f"input_path.{path.name}"] = str(path)
+    import psutil  # the workflow host's (tracking extra), not every stage's
+
     started = datetime.now(UTC)
     run_name = tracking.get("run_name") or f"{started:%Y%m%d-%H%M%S}-{digest[:8]}"
     run = mlflow.create_run(experiment_id, run_name=run_name, tags=tags)
@@ -216,9 +218,52 @@ def start_run(
         "tracking_uri": without_userinfo(uri),
         "started_at": started.timestamp(),
         "status": "RUNNING",
+        # The workflow process: if it dies without closing the run, the next start does.
+        "owner": {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "pid_started_at": psutil.Process().create_time(),
+        },
     }
     write_json(run_file, record)
     return record
+
+
+def owner_alive(owner: Mapping[str, Any]) -> bool:
+    """Whether the workflow process that started a run still runs. On another host it cannot be
+    seen; there Snakemake's lock on the working folder says it has ended."""
+    import psutil  # the workflow host's (tracking extra), not every stage's
+
+    if owner.get("host") != socket.gethostname():
+        return False
+    try:
+        return psutil.Process(owner["pid"]).create_time() == owner["pid_started_at"]
+    except psutil.NoSuchProcess:
+        return False
+
+
+def close_abandoned_run(run_file: Path) -> dict[str, Any] | None:
+    """Close, as KILLED, the run a workflow left RUNNING when it was killed before its onerror
+    hook could run (SIGKILL, a lost node); returns its record, or None when there is none.
+
+    Called as the next workflow run starts in the same folder, which Snakemake has locked."""
+    if not run_file.exists():
+        return None
+    run = read_run(run_file)
+    if run["status"] != "RUNNING" or owner_alive(run["owner"]):
+        return None
+    mlflow, run = run_client(run_file)
+    if mlflow.get_run(run["run_id"]).info.status == "RUNNING":
+        owner = run["owner"]
+        reason = (
+            f"workflow process {owner['pid']} on {owner['host']} ended without closing it;"
+            f" closed by the next start (process {os.getpid()})"
+        )
+        mlflow.set_tag(run["run_id"], "closed_because", reason)
+        mlflow.set_terminated(run["run_id"], status="KILLED")
+    run |= {"status": "KILLED", "finished_at": time.time()}
+    write_json(run_file, run)
+    return run
 
 
 def read_run(run_file: Path) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import deepspeed
+import numpy as np
 import torch
 import torch.distributed as torch_dist
 from transformers import PreTrainedTokenizerBase, get_linear_schedule_with_warmup, set_seed
@@ -53,6 +55,7 @@ from account_tax.model import (
 )
 from account_tax.precision import resolve_precision
 from account_tax.progress import progress_bar
+from account_tax.stop_signals import StopRequest, TrainingStopped, stop_after_step
 from account_tax.train_settings import RUN_ONLY_KEYS, EarlyStoppingSettings, TrainSettings
 
 log = logging.getLogger(__name__)
@@ -131,10 +134,11 @@ def train_step(
     accumulation: int,
     weights: torch.Tensor,
     device: torch.device,
+    stop: StopRequest,
 ) -> list[float]:
-    """One optimizer step over `accumulation` micro-batches: [loss sum, samples, tokens] of all
-    ranks."""
-    totals = torch.zeros(3, dtype=torch.float64, device=device)
+    """One optimizer step over `accumulation` micro-batches: [loss sum, samples, tokens, ranks
+    asked to stop] of all ranks."""
+    totals = torch.zeros(4, dtype=torch.float64, device=device)
     for batch in islice(batches, accumulation):
         batch = {name: tensor.to(device) for name, tensor in batch.items()}
         loss, _ = forward_loss(engine, batch, weights)
@@ -145,8 +149,11 @@ def train_step(
                 loss.detach().double(),
                 torch.tensor(len(batch["labels"]), dtype=torch.float64, device=device),
                 batch["attention_mask"].sum().double(),
+                torch.zeros((), dtype=torch.float64, device=device),
             ]
         )
+    # The stop vote rides on the sums every step reduces anyway: no collective of its own.
+    totals[3] = float(stop.requested)
     torch_dist.all_reduce(totals)
     return totals.tolist()
 
@@ -292,18 +299,32 @@ def write_segment_marker(
     )
 
 
-def train(
-    settings: TrainSettings,
-    paths: TrainPaths,
-    segment: int | None = None,
-    mlflow_run_id: str | None = None,
-) -> dict[str, Any] | None:
-    """Train, or resume from the newest complete checkpoint, up to the end of `segment` (all
-    steps when None); after the last step write the outputs and return the metrics.
+@dataclass
+class TrainingRun:
+    """What setup prepares for the epochs and the finish: the engine, the data, the plan."""
 
-    A segment ends with a checkpoint, so the next one, a separate process (and Snakemake job),
-    resumes there while the checkpoint is uploaded.
-    """
+    dist: Distributed
+    engine: deepspeed.DeepSpeedEngine
+    tokenizer: PreTrainedTokenizerBase
+    label_map: dict[str, Any]
+    model_dir: Path
+    train_split: TokenizedSplit
+    validation_split: TokenizedSplit
+    weights: torch.Tensor
+    unseen: np.ndarray  # classes without training rows
+    head_init: dict[str, Any]
+    precision: str
+    run_dir: Path
+    steps_per_epoch: int
+    total_steps: int
+    stop_step: int  # where this segment ends
+    start_step: int
+    history: list[dict[str, Any]]
+    started: float
+
+
+def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> TrainingRun:
+    """Data, model and DeepSpeed engine, and the checkpoint to resume from, if any."""
     started = time.perf_counter()
     dist = init_distributed()
     label_map = json.loads(paths.label_map.read_text(encoding="utf-8"))
@@ -324,7 +345,6 @@ def train(
     steps_per_epoch = micro_batches_per_rank(num_batches, dist.world_size, accumulation)
     steps_per_epoch //= accumulation
     total_steps = steps_per_epoch * settings.epochs
-    stop_step = segment_end(total_steps, segment, settings.segments)
 
     # One seed on every rank: the new head and the adapters start out identical everywhere.
     set_seed(settings.seed)
@@ -390,103 +410,152 @@ def train(
             precision,
             run_dir,
         )
-
-    progress = progress_bar(
-        total=stop_step, initial=start_step, desc="train", unit="step", disable=not dist.is_main
+    return TrainingRun(
+        dist=dist,
+        engine=engine,
+        tokenizer=tokenizer,
+        label_map=label_map,
+        model_dir=model_dir,
+        train_split=train_split,
+        validation_split=validation_split,
+        weights=weights,
+        unseen=unseen,
+        head_init=head_init,
+        precision=precision,
+        run_dir=run_dir,
+        steps_per_epoch=steps_per_epoch,
+        total_steps=total_steps,
+        stop_step=segment_end(total_steps, segment, settings.segments),
+        start_step=start_step,
+        history=history,
+        started=started,
     )
-    step = start_step
+
+
+def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> tuple[int, str]:
+    """Train from the start step to the segment's end or an early stop, evaluating at every
+    epoch end and checkpointing as configured; the step reached and why training stopped
+    (empty when it did not stop early). A stop signal ends it after a whole step: TrainingStopped.
+    """
+    dist, engine, history = run.dist, run.engine, run.history
+    steps_per_epoch, stop_step = run.steps_per_epoch, run.stop_step
+    batch_size, accumulation = settings.per_device_batch_size, settings.gradient_accumulation_steps
+    progress = progress_bar(
+        total=stop_step, initial=run.start_step, desc="train", unit="step", disable=not dist.is_main
+    )
+    step = run.start_step
     # A re-run of a finished segment finds its checkpoint (or a later one) and trains nothing.
-    first_epoch = start_step // steps_per_epoch if start_step < stop_step else settings.epochs
+    first_epoch = step // steps_per_epoch if step < stop_step else settings.epochs
     # Stopped early: a resume after the stop trains no further (the last epoch is no stop).
-    stopped = stop_reason(history, settings.early_stopping) if start_step < total_steps else None
+    stopped = stop_reason(history, settings.early_stopping) if step < run.total_steps else None
     if stopped is not None:
         first_epoch = settings.epochs
-    for epoch in range(first_epoch, settings.epochs):
-        planned = epoch_batches(
-            train_split.lengths, batch_size, settings.seed, epoch, settings.group_by_length
-        )
-        mine = rank_batches(planned, dist.world_size, dist.rank, accumulation)
-        done = step - epoch * steps_per_epoch
-        loader = make_loader(
-            train_split, mine[done * accumulation :], tokenizer, settings.dataloader
-        )
-        stream = watched(loader, settings.dataloader, "training")
-        engine.train()
-        for _ in range(done, min(steps_per_epoch, stop_step - epoch * steps_per_epoch)):
-            # The first group is the adapters' (or the pretrained weights'), the last the head's.
-            rates = engine.get_lr()
-            lr, head_lr = rates[0], rates[-1]
-            begun = time.perf_counter()
-            loss_sum, step_samples, step_tokens = train_step(
-                engine, stream, accumulation, weights, dist.device
+    with stop_after_step() as stop:
+        for epoch in range(first_epoch, settings.epochs):
+            planned = epoch_batches(
+                run.train_split.lengths, batch_size, settings.seed, epoch, settings.group_by_length
             )
-            elapsed = time.perf_counter() - begun
-            step += 1
-            record = {
-                "step": step,
-                "epoch": round(step / steps_per_epoch, 4),
-                "loss": loss_sum / (accumulation * dist.world_size),
-                "lr": lr,
-                "head_lr": head_lr,
-                "samples_per_s": step_samples / elapsed,
-                "samples": step_samples,
-                "tokens": step_tokens,
-                "seconds": elapsed,
-            }
-            epoch_end = step % steps_per_epoch == 0
-            # The validation split is empty where split.validation_fraction is 0.
-            if epoch_end and len(validation_split):
-                record |= evaluate(engine, validation_split, tokenizer, weights, settings, dist)
-            history.append(record)
-            if dist.is_main:
-                if paths.history is not None:
-                    append_history(paths.history, record)
-                progress.set_postfix(
-                    loss=f"{record['loss']:.4f}", samples_s=f"{record['samples_per_s']:.1f}"
+            mine = rank_batches(planned, dist.world_size, dist.rank, accumulation)
+            done = step - epoch * steps_per_epoch
+            loader = make_loader(
+                run.train_split, mine[done * accumulation :], run.tokenizer, settings.dataloader
+            )
+            stream = watched(loader, settings.dataloader, "training")
+            engine.train()
+            for _ in range(done, min(steps_per_epoch, stop_step - epoch * steps_per_epoch)):
+                # The first group is the adapters' (or the pretrained weights'), the last the
+                # head's.
+                rates = engine.get_lr()
+                lr, head_lr = rates[0], rates[-1]
+                begun = time.perf_counter()
+                loss_sum, step_samples, step_tokens, stop_votes = train_step(
+                    engine, stream, accumulation, run.weights, dist.device, stop
                 )
-                progress.update()
-                if "validation_loss" in record:
-                    log.info(
-                        "epoch %d: validation loss %.4f, accuracy %.4f, macro-F1 %.4f",
-                        epoch + 1,
-                        record["validation_loss"],
-                        record["validation_accuracy"],
-                        record["validation_macro_f1"],
-                    )
-            if epoch_end or step % settings.checkpoint_every_steps == 0 or step == stop_step:
-                best = best_epoch(history, settings.early_stopping)
-                manifest = {
+                elapsed = time.perf_counter() - begun
+                step += 1
+                record = {
                     "step": step,
-                    "epoch": record["epoch"],
-                    "metrics": {k: v for k, v in record.items() if k not in ("step", "epoch")},
-                    # Retention keeps it: the model that will be exported.
-                    "best_step": best["step"] if best else None,
+                    "epoch": round(step / steps_per_epoch, 4),
+                    "loss": loss_sum / (accumulation * dist.world_size),
+                    "lr": lr,
+                    "head_lr": head_lr,
+                    "samples_per_s": step_samples / elapsed,
+                    "samples": step_samples,
+                    "tokens": step_tokens,
+                    "seconds": elapsed,
                 }
-                save_checkpoint(engine, run_dir, dist, manifest, history)
-            last = step == total_steps
-            stopped = (
-                stop_reason(history, settings.early_stopping) if epoch_end and not last else None
-            )
+                epoch_end = step % steps_per_epoch == 0
+                # The validation split is empty where split.validation_fraction is 0.
+                if epoch_end and len(run.validation_split):
+                    record |= evaluate(
+                        engine, run.validation_split, run.tokenizer, run.weights, settings, dist
+                    )
+                history.append(record)
+                if dist.is_main:
+                    report_step(record, progress, paths.history, epoch)
+                if epoch_end or step % settings.checkpoint_every_steps == 0 or step == stop_step:
+                    best = best_epoch(history, settings.early_stopping)
+                    manifest = {
+                        "step": step,
+                        "epoch": record["epoch"],
+                        "metrics": {k: v for k, v in record.items() if k not in ("step", "epoch")},
+                        # Retention keeps it: the model that will be exported.
+                        "best_step": best["step"] if best else None,
+                    }
+                    save_checkpoint(engine, run.run_dir, dist, manifest, history)
+                if stop_votes:
+                    progress.close()
+                    torch_dist.destroy_process_group()
+                    raise TrainingStopped(stop.signum or signal.SIGTERM, step)
+                last = step == run.total_steps
+                stopped = (
+                    stop_reason(history, settings.early_stopping)
+                    if epoch_end and not last
+                    else None
+                )
+                if stopped is not None:
+                    break
             if stopped is not None:
+                if dist.is_main:
+                    log.info("early stopping at step %d: %s", step, stopped)
                 break
-        if stopped is not None:
-            if dist.is_main:
-                log.info("early stopping at step %d: %s", step, stopped)
-            break
     progress.close()
-    if dist.is_main and paths.segment_marker is not None:
-        write_segment_marker(
-            paths.segment_marker, segment, settings, run_dir, min(step, stop_step), total_steps
-        )
-    if stop_step < total_steps:
-        barrier()
-        torch_dist.destroy_process_group()
-        return None
+    return step, stopped or ""
 
+
+def report_step(record: dict[str, Any], progress: Any, history: Path | None, epoch: int) -> None:
+    """Rank 0: the step's record to the history file, the progress bar and, at an epoch's end,
+    the log."""
+    if history is not None:
+        append_history(history, record)
+    progress.set_postfix(loss=f"{record['loss']:.4f}", samples_s=f"{record['samples_per_s']:.1f}")
+    progress.update()
+    if "validation_loss" in record:
+        log.info(
+            "epoch %d: validation loss %.4f, accuracy %.4f, macro-F1 %.4f",
+            epoch + 1,
+            record["validation_loss"],
+            record["validation_accuracy"],
+            record["validation_macro_f1"],
+        )
+
+
+def finish(
+    run: TrainingRun,
+    settings: TrainSettings,
+    paths: TrainPaths,
+    step: int,
+    stopped: str,
+    mlflow_run_id: str | None,
+) -> dict[str, Any]:
+    """Export the best epoch's model and return the metrics; rank 0 then calibrates the model,
+    represents the classes without rows by their texts, merges the adapter when asked and seals
+    the folder."""
+    dist, engine, history = run.dist, run.engine, run.history
     best = best_epoch(history, settings.early_stopping)
     if best is not None and best["step"] != step:
         # Every rank: the weights of the best epoch's checkpoint, as on a resume.
-        load_checkpoint(engine, run_dir / step_name(best["step"]), dist)
+        load_checkpoint(engine, run.run_dir / step_name(best["step"]), dist)
     final = best or history[-1]
     exported = {
         "step": final["step"],
@@ -496,8 +565,17 @@ def train(
         "stopped": stopped or "every epoch ran",
     }
     save_outputs(
-        engine, tokenizer, settings, paths, model_dir, dist, mlflow_run_id, head_init, exported
+        engine,
+        run.tokenizer,
+        settings,
+        paths,
+        run.model_dir,
+        dist,
+        mlflow_run_id,
+        run.head_init,
+        exported,
     )
+    steps_per_epoch = run.steps_per_epoch
     seconds = sum(r["seconds"] for r in history)
     metrics = {
         # Mean over the last epoch's steps: one step's loss is one small batch's.
@@ -507,28 +585,28 @@ def train(
         "validation_accuracy": final.get("validation_accuracy"),
         "validation_macro_f1": final.get("validation_macro_f1"),
         "exported_step": final["step"],
-        "stopped_early": stopped is not None,
+        "stopped_early": bool(stopped),
         "stopped": exported["stopped"],
         "steps": step,
         "epochs": settings.epochs,
         "epochs_run": round(step / steps_per_epoch, 4),
-        "train_rows": len(train_split),
+        "train_rows": len(run.train_split),
         "world_size": dist.world_size,
-        "precision": precision,
-        "resumed_from_step": start_step,
+        "precision": run.precision,
+        "resumed_from_step": run.start_step,
         # Throughput over every step, across segments and resumes (data waits included,
         # evaluation not).
         "train_samples_per_s": sum(r["samples"] for r in history) / seconds if seconds else None,
         "train_tokens_per_s": sum(r["tokens"] for r in history) / seconds if seconds else None,
-        "wall_time_s": time.perf_counter() - started,
+        "wall_time_s": time.perf_counter() - run.started,
     }
     barrier()
     torch_dist.destroy_process_group()
     if dist.is_main:
         # Once the process group is gone, so that no rank waits in a collective meanwhile.
-        if head_init["method"] == "label_text":
+        if run.head_init["method"] == "label_text":
             represent_unseen_classes(
-                paths.output_dir, class_texts(label_map), unseen, settings.max_length
+                paths.output_dir, class_texts(run.label_map), run.unseen, settings.max_length
             )
         if settings.merge_adapter:
             merge_adapter(paths.output_dir, paths.output_dir / "merged")
@@ -537,3 +615,33 @@ def train(
         write_manifest(paths.output_dir, {"model": settings.model})
         write_json(paths.metrics, metrics)
     return metrics
+
+
+def train(
+    settings: TrainSettings,
+    paths: TrainPaths,
+    segment: int | None = None,
+    mlflow_run_id: str | None = None,
+) -> dict[str, Any] | None:
+    """Train, or resume from the newest complete checkpoint, up to the end of `segment` (all
+    steps when None); after the last step write the outputs and return the metrics.
+
+    A segment ends with a checkpoint, so the next one, a separate process (and Snakemake job),
+    resumes there while the checkpoint is uploaded.
+    """
+    run = setup(settings, paths, segment)
+    step, stopped = run_epochs(run, settings, paths)
+    if run.dist.is_main and paths.segment_marker is not None:
+        write_segment_marker(
+            paths.segment_marker,
+            segment,
+            settings,
+            run.run_dir,
+            min(step, run.stop_step),
+            run.total_steps,
+        )
+    if run.stop_step < run.total_steps:
+        barrier()
+        torch_dist.destroy_process_group()
+        return None
+    return finish(run, settings, paths, step, stopped, mlflow_run_id)

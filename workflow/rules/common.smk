@@ -8,7 +8,12 @@ from snakemake.logging import logger
 from snakemake.utils import validate
 
 from account_tax.io import resolve_input
-from account_tax.tracking import finish_run, redact_command, start_run
+from account_tax.tracking import (
+    close_abandoned_run,
+    finish_run,
+    redact_command,
+    start_run,
+)
 
 # A user's `data` section describes the user's own file: column roles it leaves out are empty
 # (the schema's defaults), never the bundled example's, which Snakemake's key-by-key merge of

@@ -5,6 +5,11 @@
 
 
 onstart:
+    abandoned = close_abandoned_run(Path(RUN_FILE))
+    if abandoned is not None:
+        logger.warning(
+            f"MLflow run {abandoned['run_id']} was left RUNNING by a killed workflow: closed as KILLED"
+        )
     run = start_run(
         config,
         [Path(path) for path in raw_inputs()],
