@@ -1,8 +1,9 @@
 """Resumable training state: atomic checkpoints with a manifest, and finding the one to resume.
 
 Layout: `<checkpoint-dir>/run-<fingerprint>/step-<step>/`, holding DeepSpeed's files (every rank
-writes its own optimizer shard), one RNG state per rank, the step history, and `manifest.json`
-with the sha256 of every other file. A checkpoint is written under a staging name, the manifest
+writes its own optimizer shard), one RNG state per rank, the step history, the trained weights
+and their Adam moments whole (`trainable_state.pt`, ZeRO-1/2: what a resume on another number
+of processes loads), and `manifest.json` with the sha256 of every other file. A checkpoint is written under a staging name, the manifest
 goes in last, and only then is the folder renamed: a folder named `step-*` with a manifest that
 matches its files is complete, anything else is ignored. The fingerprint covers the inputs and
 every setting that changes the result, so a changed config starts afresh instead of resuming a
@@ -17,19 +18,23 @@ import logging
 import os
 import random
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as torch_dist
 from deepspeed import DeepSpeedEngine
+from transformers import set_seed
 
-from account_tax.distributed import Distributed, barrier, broadcast_from_main
+from account_tax.distributed import Distributed, barrier, broadcast_from_main, gather_from_all
 from account_tax.io import sha256_file
 from account_tax.manifest import (
     MANIFEST,
     STAGING_PREFIX,
     STEP_PREFIX,
+    checkpoint_files,
     checkpoint_lock,
     step_name,
     write_manifest,
@@ -39,19 +44,32 @@ log = logging.getLogger(__name__)
 
 HISTORY = "history.jsonl"
 DEEPSPEED_TAG = "deepspeed"
+# The trained parameters and their Adam moments whole, for a resume on another number of
+# processes (DeepSpeed's own files are one optimizer shard per rank).
+TRAINABLE_STATE = "trainable_state.pt"
+ADAM_MOMENTS = ("exp_avg", "exp_avg_sq")
 
 
 def fingerprint(values: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def read_manifest(directory: Path) -> dict[str, Any] | None:
-    """The manifest of a complete checkpoint; None when it is missing or a file does not match."""
+def manifest_fields(directory: Path) -> dict[str, Any]:
+    """A checkpoint's manifest as written, unverified."""
+    return json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+
+
+def read_manifest(directory: Path, dist: Distributed | None = None) -> dict[str, Any] | None:
+    """The manifest of a complete checkpoint; None when it is missing or a file does not match.
+    Under several ranks each checks every world_size-th file only."""
     try:
-        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+        manifest = manifest_fields(directory)
     except (OSError, json.JSONDecodeError):
         return None
-    for relative, digest in manifest["files"].items():
+    files = sorted(manifest["files"].items())
+    if dist is not None:
+        files = files[dist.rank :: dist.world_size]
+    for relative, digest in files:
         path = directory / relative
         if not path.is_file() or sha256_file(path) != digest:
             log.warning("checkpoint %s: %s is missing or changed; ignored", directory, relative)
@@ -59,10 +77,21 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
     return manifest
 
 
-def latest_checkpoint(run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
-    for directory in sorted(run_dir.glob(f"{STEP_PREFIX}*"), reverse=True):
-        manifest = read_manifest(directory)
-        if manifest is not None:
+def latest_checkpoint(
+    run_dir: Path, dist: Distributed | None = None
+) -> tuple[Path, dict[str, Any]] | None:
+    """The newest complete checkpoint. With `dist`, every rank gets it (a collective) and the
+    ranks share the hashing of its files, so that none waits long in a collective meanwhile."""
+    candidates = sorted(run_dir.glob(f"{STEP_PREFIX}*"), reverse=True)
+    if dist is not None:
+        # One listing for all: storage may show the ranks a new folder at different times.
+        candidates = broadcast_from_main(candidates)
+    for directory in candidates:
+        manifest = read_manifest(directory, dist)
+        complete = manifest is not None
+        if dist is not None:
+            complete = all(gather_from_all(complete))
+        if complete:
             return directory, manifest
     return None
 
@@ -98,10 +127,11 @@ def save_checkpoint(
     manifest: dict[str, Any],
     history: list[dict[str, Any]],
 ) -> None:
-    """Every rank calls this: each writes its own files, rank 0 seals the checkpoint.
+    """Every rank calls this: each writes its own files and hashes a share of all, rank 0 seals
+    the checkpoint.
 
-    The only collectives are DeepSpeed's save and the barriers, reached by all ranks alike;
-    rank 0's extra work in between is file handling.
+    The collectives (DeepSpeed's save, gathering the trainable state and the digests, the
+    barriers) are reached by all ranks alike; rank 0's extra work in between is file handling.
     """
     name = step_name(manifest["step"])
     staging, final = run_dir / f"{STAGING_PREFIX}{name}", run_dir / name
@@ -114,12 +144,21 @@ def save_checkpoint(
         staging, tag=DEEPSPEED_TAG, save_latest=False, exclude_frozen_parameters=True
     )
     torch.save(rng_state(), staging / f"rng_state_rank{dist.rank}.pt")
+    if engine.zero_optimization_stage() <= 2:
+        state = trainable_state(engine)  # a collective
+        if dist.is_main:
+            torch.save(state, staging / TRAINABLE_STATE)
     barrier()
+    # Each rank hashes a share of the files, so that none waits in a collective while one rank
+    # hashes them all (on slow shared storage that could outlast the collective's timeout).
+    names = sorted(checkpoint_files(staging))
+    mine = {name: sha256_file(staging / name) for name in names[dist.rank :: dist.world_size]}
+    digests = {name: digest for share in gather_from_all(mine) for name, digest in share.items()}
     if dist.is_main:
         (staging / HISTORY).write_text(
             "".join(json.dumps(record) + "\n" for record in history), encoding="utf-8"
         )
-        write_manifest(staging, manifest)
+        write_manifest(staging, manifest, digests)
         # A folder of this name can only be a checkpoint whose files no longer match; the lock
         # keeps an upload or a deletion of it from running meanwhile.
         with checkpoint_lock(final):
@@ -130,21 +169,141 @@ def save_checkpoint(
     barrier()
 
 
-def find_resume_point(run_dir: Path, dist: Distributed) -> tuple[Path, dict[str, Any]] | None:
-    """The newest complete checkpoint, as rank 0 sees it, on every rank (a collective)."""
-    found = latest_checkpoint(run_dir) if dist.is_main else None
-    return broadcast_from_main(found)
+def master_fragment(engine: DeepSpeedEngine, param: torch.nn.Parameter, key: str | None):
+    """The slices of a parameter (flattened) and of this rank's flat fp32 partition (or its Adam
+    moment `key`) that hold the same values; None where this rank holds none of it.
+
+    DeepSpeed's safe_get/set_full_optimizer_state go through a map of the moments that it builds
+    at the first step and never again, and that misses partitions whose moments appeared later;
+    the fragment addresses themselves are fixed when the engine is built.
+    """
+    mapping = param._hp_mapping
+    if mapping is None:
+        return None
+    partition = engine.optimizer.single_partition_of_fp32_groups[mapping.param_group_index]
+    state = engine.optimizer.optimizer.state
+    if key is not None and partition not in state:
+        return None  # no step yet: moments of zero
+    flat = partition if key is None else state[partition][key]
+    lp, hp = mapping.lp_fragment_address, mapping.hp_fragment_address
+    return slice(lp.start, lp.start + lp.numel), flat.narrow(0, hp.start, hp.numel)
+
+
+def gather_master(engine: DeepSpeedEngine, param: torch.nn.Parameter, key: str | None):
+    """A parameter's fp32 master weight (key None) or Adam moment, whole, on every rank (a
+    collective: each rank adds the fragment its partition holds)."""
+    whole = torch.zeros(param.numel(), dtype=torch.float32, device=param.device)
+    fragment = master_fragment(engine, param, key)
+    if fragment is not None:
+        whole[fragment[0]] = fragment[1]
+    torch_dist.all_reduce(whole)
+    return whole.view(param.shape).cpu()
+
+
+def trainable_state(engine: DeepSpeedEngine) -> dict[str, Any]:
+    """Every trained parameter in fp32 with its Adam moments, whole, and the optimizer's and
+    scheduler's counters: a form that any number of processes can load (ZeRO-1 and 2)."""
+    params = {
+        name: {key or "fp32": gather_master(engine, param, key) for key in (None, *ADAM_MOMENTS)}
+        for name, param in engine.module.named_parameters()
+        if param.requires_grad
+    }
+    state = engine.optimizer.optimizer.state
+    return {
+        "params": params,
+        # Per parameter group: a group whose partitions got no gradient yet has no state.
+        "optimizer_steps": [
+            int(state[partition]["step"]) if partition in state else None
+            for partition in engine.optimizer.single_partition_of_fp32_groups
+        ],
+        "lr_scheduler": engine.lr_scheduler.state_dict(),
+        "global_steps": engine.global_steps,
+        "global_samples": engine.global_samples,
+        "skipped_steps": engine.skipped_steps,
+    }
+
+
+@torch.no_grad()
+def load_trainable_state(engine: DeepSpeedEngine, directory: Path) -> None:
+    """Put a checkpoint's trainable state into an engine whose ranks partition it anew: the
+    model's weights, the fp32 master weights and the Adam moments of every trained parameter
+    (each rank keeps its own part), the step counts and the schedule."""
+    saved = torch.load(directory / TRAINABLE_STATE, weights_only=False)
+    trained = {name: p for name, p in engine.module.named_parameters() if p.requires_grad}
+    require_trained_names(trained.keys(), saved["params"].keys(), directory / TRAINABLE_STATE)
+    # Torch's AdamW creates its state at a group's first step; create it now, with the saved step
+    # counts, so that the moments have somewhere to go.
+    optimizer = engine.optimizer.optimizer
+    partitions = engine.optimizer.single_partition_of_fp32_groups
+    for partition, step in zip(partitions, saved["optimizer_steps"], strict=True):
+        if step is not None:
+            optimizer.state[partition] = {
+                "step": torch.tensor(float(step)),
+                **{key: torch.zeros_like(partition) for key in ADAM_MOMENTS},
+            }
+    for name, param in trained.items():
+        values = saved["params"][name]
+        param.data.copy_(values["fp32"].to(param.dtype))
+        for key in (None, *ADAM_MOMENTS):
+            fragment = master_fragment(engine, param, key)
+            if fragment is not None:
+                value = values[key or "fp32"].flatten()[fragment[0]]
+                fragment[1].copy_(value.to(fragment[1].device))
+    scheduler = engine.lr_scheduler
+    scheduler.load_state_dict(saved["lr_scheduler"])
+    # The scheduler sets the rates at its next step; the next optimizer step needs them now.
+    for group, rate in zip(scheduler.optimizer.param_groups, scheduler.get_last_lr(), strict=True):
+        group["lr"] = rate
+    engine.global_steps = saved["global_steps"]
+    engine.global_samples = saved["global_samples"]
+    engine.skipped_steps = saved["skipped_steps"]
+
+
+def check_trained_names(engine: DeepSpeedEngine, directory: Path) -> None:
+    """The checkpoint holds every parameter this model trains, and no other.
+
+    DeepSpeed must load it non-strictly (the frozen base weights are not in it), which would
+    silently leave a missing adapter or head weight as initialised."""
+    trained = {name for name, p in engine.module.named_parameters() if p.requires_grad}
+    # The first rank's file names them all; mmap reads the names, not the weights.
+    states = sorted((directory / DEEPSPEED_TAG).glob("*model_states.pt"))[0]
+    saved = torch.load(states, map_location="cpu", weights_only=False, mmap=True)
+    in_optimizer = {name for group in saved["param_shapes"] for name in group}
+    require_trained_names(trained, in_optimizer & saved["module"].keys(), states)
+
+
+def require_trained_names(trained: Iterable[str], saved: Iterable[str], source: Path) -> None:
+    trained, saved = set(trained), set(saved)
+    if trained != saved:
+        raise RuntimeError(
+            f"{source}: the checkpoint's trained parameters do not match the model's (missing:"
+            f" {sorted(trained - saved)[:5]}, not in the model: {sorted(saved - trained)[:5]})"
+        )
 
 
 def load_checkpoint(
-    engine: DeepSpeedEngine, directory: Path, dist: Distributed
+    engine: DeepSpeedEngine, directory: Path, dist: Distributed, seed: int
 ) -> list[dict[str, Any]]:
-    """Restore model, optimizer, scheduler and this rank's RNG; return the step history."""
-    # Not strict: the frozen base weights were left out on save and are already in place.
-    loaded, _ = engine.load_checkpoint(directory, tag=DEEPSPEED_TAG, load_module_strict=False)
-    if loaded is None:
-        raise RuntimeError(f"{directory}: DeepSpeed could not load the checkpoint")
-    # Our own file, checked against the manifest's sha256; it holds Python and NumPy objects.
-    set_rng_state(torch.load(directory / f"rng_state_rank{dist.rank}.pt", weights_only=False))
+    """Restore model, optimizer, scheduler and this rank's RNG; return the step history.
+
+    A checkpoint written by another number of processes (ZeRO-1 or 2) loads from its trainable
+    state instead of DeepSpeed's per-rank shards, which DeepSpeed will not re-partition; its ranks'
+    RNG states do not map onto these ranks, which are seeded from `seed`, the step and their rank
+    instead.
+    """
+    manifest = manifest_fields(directory)
+    if manifest["world_size"] != dist.world_size:
+        load_trainable_state(engine, directory)
+    else:
+        check_trained_names(engine, directory)
+        # Not strict: the frozen base weights were left out on save and are already in place.
+        loaded, _ = engine.load_checkpoint(directory, tag=DEEPSPEED_TAG, load_module_strict=False)
+        if loaded is None:
+            raise RuntimeError(f"{directory}: DeepSpeed could not load the checkpoint")
+    if manifest["world_size"] == dist.world_size:
+        # Our own file, checked against the manifest's sha256; it holds Python and NumPy objects.
+        set_rng_state(torch.load(directory / f"rng_state_rank{dist.rank}.pt", weights_only=False))
+    else:
+        set_seed(seed + manifest["step"] * dist.world_size + dist.rank)
     lines = (directory / HISTORY).read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines]

@@ -66,3 +66,10 @@ def broadcast_from_main(value: object) -> object:
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def gather_from_all(value: object) -> list[object]:
+    """Every rank's value, in rank order, on every rank (a collective)."""
+    values = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values

@@ -11,7 +11,7 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -45,10 +45,17 @@ def checkpoint_files(directory: Path) -> set[str]:
     }
 
 
-def write_manifest(directory: Path, fields: dict[str, Any]) -> dict[str, Any]:
-    """Seal a folder: `fields` plus the sha256 of every file in it, written last, atomically."""
+def write_manifest(
+    directory: Path, fields: dict[str, Any], digests: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Seal a folder: `fields` plus the sha256 of every file in it, written last, atomically;
+    `digests` are sha256s already computed (by the training ranks, a share each)."""
     files = sorted(checkpoint_files(directory) - {MANIFEST})
-    manifest = {**fields, "files": {name: sha256_file(directory / name) for name in files}}
+    digests = digests or {}
+    manifest = {
+        **fields,
+        "files": {name: digests.get(name) or sha256_file(directory / name) for name in files},
+    }
     write_json(directory / MANIFEST, manifest)
     return manifest
 

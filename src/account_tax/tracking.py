@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import psutil
+
 from account_tax.io import sha256_file, write_json
 
 log = logging.getLogger(__name__)
@@ -200,8 +202,6 @@ def start_run(
     for path in raw_inputs:
         tags[f"input_sha256.{path.name}"] = sha256_file(path)
         tags[f"input_path.{path.name}"] = str(path)
-    import psutil  # the workflow host's (tracking extra), not every stage's
-
     started = datetime.now(UTC)
     run_name = tracking.get("run_name") or f"{started:%Y%m%d-%H%M%S}-{digest[:8]}"
     run = mlflow.create_run(experiment_id, run_name=run_name, tags=tags)
@@ -232,8 +232,6 @@ def start_run(
 def owner_alive(owner: Mapping[str, Any]) -> bool:
     """Whether the workflow process that started a run still runs. On another host it cannot be
     seen; there Snakemake's lock on the working folder says it has ended."""
-    import psutil  # the workflow host's (tracking extra), not every stage's
-
     if owner.get("host") != socket.gethostname():
         return False
     try:

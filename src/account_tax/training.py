@@ -34,7 +34,7 @@ from account_tax.batching import (
     rank_batches,
     watched,
 )
-from account_tax.checkpoint import find_resume_point, fingerprint, load_checkpoint, save_checkpoint
+from account_tax.checkpoint import fingerprint, latest_checkpoint, load_checkpoint, save_checkpoint
 from account_tax.classifier import hold_rows, save_full_classifier
 from account_tax.code_hash import code_sha256
 from account_tax.distributed import Distributed, barrier, init_distributed
@@ -60,6 +60,8 @@ from account_tax.train_settings import RUN_ONLY_KEYS, EarlyStoppingSettings, Tra
 
 log = logging.getLogger(__name__)
 
+# The DeepSpeed values that depend on the number of processes.
+PROCESS_COUNT_KEYS = ("train_batch_size", "gradient_accumulation_steps")
 SETTINGS_OWNED_KEYS = (
     "train_batch_size",
     "train_micro_batch_size_per_gpu",
@@ -83,10 +85,13 @@ class TrainPaths:
     segment_marker: Path | None = None
 
 
-def deepspeed_config(settings: TrainSettings, precision: str, world_size: int) -> dict[str, Any]:
+def deepspeed_config(
+    settings: TrainSettings, precision: str, world_size: int, accumulation: int | None = None
+) -> dict[str, Any]:
     """The DeepSpeed file (ZeRO stage, optimizer type, clipping, loss scaling) completed with the
     values the train settings own; a file that sets one of those is an error, not a silent
-    override."""
+    override. `accumulation` replaces the settings' where a resume keeps a run's global batch on
+    another number of processes."""
     path = Path(settings.deepspeed_config)
     text = path.read_text(encoding="utf-8")
     config = json.loads(text)
@@ -97,7 +102,8 @@ def deepspeed_config(settings: TrainSettings, precision: str, world_size: int) -
         raise ValueError(f"{path}: {clashes} come from the train settings; remove them")
     if '"auto"' in text:
         raise ValueError(f'{path}: DeepSpeed does not fill in "auto" (the HF Trainer does)')
-    batch, accumulation = settings.per_device_batch_size, settings.gradient_accumulation_steps
+    batch = settings.per_device_batch_size
+    accumulation = accumulation or settings.gradient_accumulation_steps
     config["train_micro_batch_size_per_gpu"] = batch
     config["gradient_accumulation_steps"] = accumulation
     config["train_batch_size"] = batch * accumulation * world_size
@@ -299,6 +305,58 @@ def write_segment_marker(
     )
 
 
+def run_fingerprint(settings: TrainSettings, precision: str, paths: TrainPaths) -> str:
+    """What decides that a checkpoint belongs to this run: code, settings, DeepSpeed config and
+    inputs; not the number of processes, which a resume may change (the global batch is kept)."""
+    ds_config = deepspeed_config(settings, precision, world_size=1)
+    inputs = {"train": paths.train, "validation": paths.validation, "label_map": paths.label_map}
+    return fingerprint(
+        {
+            # Code that computes differently must not resume the old code's checkpoints.
+            "code": code_sha256(Path(__file__)),
+            "settings": {k: v for k, v in settings.to_dict().items() if k not in RUN_ONLY_KEYS},
+            "deepspeed": {k: v for k, v in ds_config.items() if k not in PROCESS_COUNT_KEYS},
+            "inputs": {name: sha256_file(path) for name, path in inputs.items()},
+        }
+    )
+
+
+def kept_accumulation(
+    settings: TrainSettings, resume: tuple[Path, dict[str, Any]] | None, world_size: int
+) -> int:
+    """The gradient accumulation that keeps the resumed run's global batch (rows per optimizer
+    step) on `world_size` processes: the configured one for a new run."""
+    accumulation = settings.gradient_accumulation_steps
+    if resume is None:
+        return accumulation
+    directory, manifest = resume
+    written_by, global_batch = manifest["world_size"], manifest["global_batch_size"]
+    if manifest["zero_stage"] == 3 and written_by != world_size:
+        raise ValueError(
+            f"{directory}: a ZeRO-3 checkpoint written by {written_by} process(es) resumes only"
+            f" on {written_by}, not {world_size} (ZeRO-2, the default, resumes on any count)"
+        )
+    per_step = settings.per_device_batch_size * world_size
+    if global_batch % per_step:
+        raise ValueError(
+            f"{directory} was written by {written_by} process(es) with a global batch of"
+            f" {global_batch} rows; {world_size} process(es) of {settings.per_device_batch_size}"
+            f" rows cannot keep it ({global_batch} is not a multiple of {per_step}). Resume on a"
+            " process count that divides it, or change train.per_device_batch_size"
+        )
+    kept = global_batch // per_step
+    if written_by != world_size:
+        log.warning(
+            "resuming on %d process(es) a checkpoint written by %d: gradient accumulation %d"
+            " keeps the global batch of %d rows",
+            world_size,
+            written_by,
+            kept,
+            global_batch,
+        )
+    return kept
+
+
 @dataclass
 class TrainingRun:
     """What setup prepares for the epochs and the finish: the engine, the data, the plan."""
@@ -315,6 +373,7 @@ class TrainingRun:
     head_init: dict[str, Any]
     precision: str
     run_dir: Path
+    accumulation: int  # micro-batches per step and rank; keeps the run's global batch
     steps_per_epoch: int
     total_steps: int
     stop_step: int  # where this segment ends
@@ -338,9 +397,12 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
     if len(train_split) == 0:
         raise DataError(f"{paths.train}: no rows to train on")
     precision = resolve_precision(settings.precision, dist.device)
-    ds_config = deepspeed_config(settings, precision, dist.world_size)
+    run_dir = paths.checkpoint_dir / f"run-{run_fingerprint(settings, precision, paths)}"
+    resume = latest_checkpoint(run_dir, dist)
+    accumulation = kept_accumulation(settings, resume, dist.world_size)
+    ds_config = deepspeed_config(settings, precision, dist.world_size, accumulation)
 
-    batch_size, accumulation = settings.per_device_batch_size, settings.gradient_accumulation_steps
+    batch_size = settings.per_device_batch_size
     num_batches = math.ceil(len(train_split) / batch_size)
     steps_per_epoch = micro_batches_per_rank(num_batches, dist.world_size, accumulation)
     steps_per_epoch //= accumulation
@@ -372,25 +434,13 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
         ),
     )
 
-    inputs = {"train": paths.train, "validation": paths.validation, "label_map": paths.label_map}
-    run_id = fingerprint(
-        {
-            # Code that computes differently must not resume the old code's checkpoints.
-            "code": code_sha256(Path(__file__)),
-            "settings": {k: v for k, v in settings.to_dict().items() if k not in RUN_ONLY_KEYS},
-            "deepspeed": ds_config,
-            "inputs": {name: sha256_file(path) for name, path in inputs.items()},
-        }
-    )
-    run_dir = paths.checkpoint_dir / f"run-{run_id}"
-    resume = find_resume_point(run_dir, dist)
     if resume is None:
         history: list[dict[str, Any]] = []
         start_step = 0
         # From here on each rank draws its own dropout masks.
         set_seed(settings.seed + dist.rank)
     else:
-        history = load_checkpoint(engine, resume[0], dist)
+        history = load_checkpoint(engine, resume[0], dist, settings.seed)
         start_step = resume[1]["step"]
         log.info("resuming from %s (step %d of %d)", resume[0], start_step, total_steps)
     if dist.is_main:
@@ -423,6 +473,7 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
         head_init=head_init,
         precision=precision,
         run_dir=run_dir,
+        accumulation=accumulation,
         steps_per_epoch=steps_per_epoch,
         total_steps=total_steps,
         stop_step=segment_end(total_steps, segment, settings.segments),
@@ -439,7 +490,7 @@ def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> 
     """
     dist, engine, history = run.dist, run.engine, run.history
     steps_per_epoch, stop_step = run.steps_per_epoch, run.stop_step
-    batch_size, accumulation = settings.per_device_batch_size, settings.gradient_accumulation_steps
+    batch_size, accumulation = settings.per_device_batch_size, run.accumulation
     progress = progress_bar(
         total=stop_step, initial=run.start_step, desc="train", unit="step", disable=not dist.is_main
     )
@@ -501,6 +552,11 @@ def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> 
                         "metrics": {k: v for k, v in record.items() if k not in ("step", "epoch")},
                         # Retention keeps it: the model that will be exported.
                         "best_step": best["step"] if best else None,
+                        # What a resume on another number of processes keeps.
+                        "world_size": dist.world_size,
+                        "global_batch_size": batch_size * accumulation * dist.world_size,
+                        "samples_seen": sum(r["samples"] for r in history),
+                        "zero_stage": engine.zero_optimization_stage(),
                     }
                     save_checkpoint(engine, run.run_dir, dist, manifest, history)
                 if stop_votes:
@@ -555,7 +611,7 @@ def finish(
     best = best_epoch(history, settings.early_stopping)
     if best is not None and best["step"] != step:
         # Every rank: the weights of the best epoch's checkpoint, as on a resume.
-        load_checkpoint(engine, run.run_dir / step_name(best["step"]), dist)
+        load_checkpoint(engine, run.run_dir / step_name(best["step"]), dist, settings.seed)
     final = best or history[-1]
     exported = {
         "step": final["step"],

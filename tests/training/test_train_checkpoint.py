@@ -1,10 +1,15 @@
 """Finding the checkpoint to resume: only complete ones, whose files match their manifest.
 
 Writing and loading real checkpoints is covered end to end in test_train_runs.py (a run killed
-with SIGKILL and resumed); here the manifest rules, on folders laid out as a save leaves them.
+with SIGKILL and resumed, a run resumed on another number of processes); here the manifest rules,
+on folders laid out as a save leaves them, and what a resume keeps.
 """
 
+import dataclasses
 import json
+from pathlib import Path
+
+import pytest
 
 from account_tax.checkpoint import (
     clear_staging,
@@ -17,6 +22,10 @@ from account_tax.manifest import (
     STAGING_PREFIX,
     step_name,
 )
+from account_tax.train_settings import TrainSettings
+from account_tax.training import TrainPaths, kept_accumulation, run_fingerprint
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def write_checkpoint(run_dir, step, sealed=True):
@@ -72,3 +81,43 @@ def test_interrupted_saves_are_cleared_and_checkpoints_left_to_retention(tmp_pat
 def test_fingerprint_ignores_key_order_but_not_values():
     assert fingerprint({"a": 1, "b": [1, 2]}) == fingerprint({"b": [1, 2], "a": 1})
     assert fingerprint({"a": 1}) != fingerprint({"a": 2})
+
+
+def resumed(world_size, global_batch, zero_stage=2):
+    manifest = {"world_size": world_size, "global_batch_size": global_batch}
+    return Path("run/step-000000010"), manifest | {"zero_stage": zero_stage}
+
+
+def test_a_resume_keeps_the_global_batch_or_says_why_it_cannot():
+    settings = TrainSettings(per_device_batch_size=8, gradient_accumulation_steps=1)
+    assert kept_accumulation(settings, None, world_size=4) == 1  # a new run: as configured
+    assert kept_accumulation(settings, resumed(2, 16), world_size=2) == 1
+    assert kept_accumulation(settings, resumed(2, 16), world_size=1) == 2
+    assert kept_accumulation(settings, resumed(1, 32), world_size=2) == 2
+    with pytest.raises(ValueError, match=r"written by 2 process\(es\) with a global batch of 16"):
+        kept_accumulation(settings, resumed(2, 16), world_size=3)
+    with pytest.raises(ValueError, match="a ZeRO-3 checkpoint written by 2 process"):
+        kept_accumulation(settings, resumed(2, 16, zero_stage=3), world_size=1)
+    assert kept_accumulation(settings, resumed(2, 16, zero_stage=3), world_size=2) == 1
+
+
+def test_the_run_fingerprint_leaves_out_the_process_count_only(tmp_path):
+    paths = TrainPaths(
+        train=tmp_path / "train.parquet",
+        validation=tmp_path / "validation.parquet",
+        label_map=tmp_path / "label_map.json",
+        checkpoint_dir=tmp_path,
+    )
+    for path in (paths.train, paths.validation, paths.label_map):
+        path.write_text(path.name)
+    settings = TrainSettings(
+        deepspeed_config=str(REPO / "config" / "deepspeed" / "zero2.json"),
+        per_device_batch_size=8,
+    )
+    same = run_fingerprint(settings, "fp32", paths)
+    assert run_fingerprint(settings, "fp32", paths) == same
+    assert run_fingerprint(settings, "bf16", paths) != same
+    larger = dataclasses.replace(settings, per_device_batch_size=16)
+    assert run_fingerprint(larger, "fp32", paths) != same
+    paths.train.write_text("other rows")
+    assert run_fingerprint(settings, "fp32", paths) != same

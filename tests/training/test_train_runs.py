@@ -4,6 +4,7 @@ without a launcher and in two under torchrun, killed and resumed."""
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -16,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from account_tax.inference import load_classifier, predict_probabilities
+from account_tax.io import sha256_file
 from account_tax.loss import class_weights, label_counts
 from account_tax.training import segment_end
 
@@ -81,10 +83,16 @@ def kill_after_checkpoint(command, env, run_root, step, log):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("zero", ["zero2", "zero3"])
 def test_two_processes_killed_and_resumed_end_as_an_uninterrupted_run(
-    ledger, tiny_bert, tiny_settings, run_training, train_command, tmp_path
+    ledger, tiny_bert, tiny_settings, run_training, train_command, tmp_path, zero
 ):
-    settings = tiny_settings(tiny_bert, epochs=3, gradient_accumulation_steps=2)
+    settings = tiny_settings(
+        tiny_bert,
+        epochs=3,
+        gradient_accumulation_steps=2,
+        deepspeed_config=str(REPO / "config" / "deepspeed" / f"{zero}.json"),
+    )
     reference = run_training(ledger, tmp_path / "reference", settings, processes=2)
 
     out = tmp_path / "interrupted"
@@ -120,6 +128,13 @@ def test_two_processes_killed_and_resumed_end_as_an_uninterrupted_run(
     best = json.loads((run_dir / f"step-{exported['step']:09d}" / "manifest.json").read_text())
     assert best["metrics"]["validation_accuracy"] == reference["validation_accuracy"]
     assert {"rng_state_rank0.pt", "rng_state_rank1.pt", "history.jsonl"} <= final["files"].keys()
+    # Both ranks hashed a share of the files; together they sealed every one.
+    sealed = run_dir / "step-000000015"
+    assert final["files"] == {
+        path.relative_to(sealed).as_posix(): sha256_file(path)
+        for path in sealed.rglob("*")
+        if path.is_file() and path.name != "manifest.json"
+    }
 
 
 def test_one_process_without_launcher_decoder_zero3_and_inference(
@@ -229,3 +244,82 @@ def test_segment_ends():
     assert segment_end(40, None, 3) == 40
     with pytest.raises(ValueError, match=r"segment 4 is not one of 1\.\.3"):
         segment_end(40, 4, 3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("first", "then"), [(2, None), (None, 2)])
+def test_a_run_resumes_on_another_number_of_processes_keeping_the_global_batch(
+    ledger, tiny_bert, tiny_settings, run_training, train_command, tmp_path, first, then
+):
+    """2 → 1 and 1 → 2 processes (None: one, without a launcher). Without dropout the only
+    difference from an uninterrupted run is the order in which gradients are summed."""
+    accumulation = 1 if first == 2 else 2  # a global batch of 16 either way
+    model = tmp_path / "tiny-bert-without-dropout"
+    shutil.copytree(tiny_bert, model)
+    config = json.loads((model / "config.json").read_text())
+    config |= {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    (model / "config.json").write_text(json.dumps(config))
+    settings = tiny_settings(
+        model,
+        epochs=2,
+        segments=2,
+        gradient_accumulation_steps=accumulation,
+        lora={"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0},
+    )
+    reference = run_training(ledger, tmp_path / "reference", settings, processes=first)
+
+    out = tmp_path / "resumed"
+    command, env = train_command(ledger, out, settings, first, segment=1)
+    subprocess.run(command, cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
+    run_dir = Path(json.loads((out / "1.json").read_text())["run_dir"])
+    written = json.loads((run_dir / "step-000000010" / "manifest.json").read_text())
+    assert written["world_size"] == (first or 1) and written["global_batch_size"] == 16
+    assert written["samples_seen"] == 160  # a whole epoch: 10 steps of 16 rows
+
+    resumed = run_training(ledger, out, settings, processes=then)
+    # The same run folder, not a fresh start: the fingerprint leaves out the process count.
+    assert [p.name for p in (out / "checkpoints").iterdir()] == [run_dir.name]
+    assert resumed["resumed_from_step"] == 10 and resumed["world_size"] == (then or 1)
+    assert resumed["steps"] == reference["steps"] == 20
+    history = read_history(out / "history.jsonl")
+    expected = read_history(tmp_path / "reference" / "history.jsonl")
+    assert [r["samples"] for r in history] == [r["samples"] for r in expected]
+    # The optimizer moments and the schedule came along: every later step matches too.
+    np.testing.assert_allclose(
+        [r["loss"] for r in history], [r["loss"] for r in expected], rtol=1e-4
+    )
+    assert [r["lr"] for r in history] == [r["lr"] for r in expected]
+    trained = load_file(out / "model" / "adapter_model.safetensors")
+    reference_weights = load_file(tmp_path / "reference" / "model" / "adapter_model.safetensors")
+    for name, tensor in reference_weights.items():
+        torch.testing.assert_close(trained[name], tensor, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_without_a_trained_weight_is_refused_on_resume(
+    ledger, tiny_bert, tiny_settings, train_command, tmp_path
+):
+    settings = tiny_settings(tiny_bert, epochs=1, segments=2)
+    command, env = train_command(ledger, tmp_path, settings, None, segment=1)
+    subprocess.run(command, cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
+    checkpoint = Path(json.loads((tmp_path / "1.json").read_text())["run_dir"]) / "step-000000010"
+    # One adapter weight gone from DeepSpeed's file, the manifest sealed again over the change.
+    states = checkpoint / "deepspeed" / "mp_rank_00_model_states.pt"
+    saved = torch.load(states, weights_only=False)
+    lost = next(name for name in saved["module"] if "lora_B" in name)
+    del saved["module"][lost]
+    saved["param_shapes"] = [
+        {k: v for k, v in g.items() if k != lost} for g in saved["param_shapes"]
+    ]
+    torch.save(saved, states)
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    manifest["files"]["deepspeed/mp_rank_00_model_states.pt"] = sha256_file(states)
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest))
+
+    command, env = train_command(ledger, tmp_path, settings, None)
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert f"the checkpoint's trained parameters do not match the model's (missing: ['{lost}']" in (
+        result.stderr
+    )
+    assert not (tmp_path / "metrics.json").exists()
