@@ -3,11 +3,11 @@
 Layout: `<checkpoint-dir>/run-<fingerprint>/step-<step>/`, holding DeepSpeed's files (every rank
 writes its own optimizer shard), one RNG state per rank, the step history, the trained weights
 and their Adam moments whole (`trainable_state.pt`, ZeRO-1/2: what a resume on another number
-of processes loads), and `manifest.json` with the sha256 of every other file. A checkpoint is written under a staging name, the manifest
-goes in last, and only then is the folder renamed: a folder named `step-*` with a manifest that
-matches its files is complete, anything else is ignored. The fingerprint covers the inputs and
-every setting that changes the result, so a changed config starts afresh instead of resuming a
-different run.
+of processes loads), and `manifest.json` with the sha256 of every other file. A checkpoint is
+written under a staging name, the manifest goes in last, and only then is the folder renamed: a
+folder named `step-*` with a manifest that matches its files is complete, anything else is
+ignored. The fingerprint covers the inputs and every setting that changes the result (not the
+number of processes), so a changed config starts afresh instead of resuming a different run.
 """
 
 from __future__ import annotations
@@ -31,11 +31,13 @@ from transformers import set_seed
 from account_tax.distributed import Distributed, barrier, broadcast_from_main, gather_from_all
 from account_tax.io import sha256_file
 from account_tax.manifest import (
-    MANIFEST,
     STAGING_PREFIX,
     STEP_PREFIX,
+    ManifestError,
+    changed_files,
     checkpoint_files,
     checkpoint_lock,
+    read_manifest,
     step_name,
     write_manifest,
 )
@@ -54,27 +56,21 @@ def fingerprint(values: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def manifest_fields(directory: Path) -> dict[str, Any]:
-    """A checkpoint's manifest as written, unverified."""
-    return json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-
-
-def read_manifest(directory: Path, dist: Distributed | None = None) -> dict[str, Any] | None:
-    """The manifest of a complete checkpoint; None when it is missing or a file does not match.
-    Under several ranks each checks every world_size-th file only."""
+def read_sealed(directory: Path, dist: Distributed | None = None) -> dict[str, Any] | None:
+    """The fields of a complete checkpoint's manifest; None when it is missing, damaged or a
+    file does not match. Under several ranks each checks every world_size-th file only."""
     try:
-        manifest = manifest_fields(directory)
-    except (OSError, json.JSONDecodeError):
+        manifest = read_manifest(directory)
+    except ManifestError:
         return None
-    files = sorted(manifest["files"].items())
+    names = sorted(manifest.files)
     if dist is not None:
-        files = files[dist.rank :: dist.world_size]
-    for relative, digest in files:
-        path = directory / relative
-        if not path.is_file() or sha256_file(path) != digest:
-            log.warning("checkpoint %s: %s is missing or changed; ignored", directory, relative)
-            return None
-    return manifest
+        names = names[dist.rank :: dist.world_size]
+    changed = changed_files(directory, manifest, names)
+    if changed:
+        log.warning("checkpoint %s: %s missing or changed; ignored", directory, changed)
+        return None
+    return manifest.fields
 
 
 def latest_checkpoint(
@@ -87,7 +83,7 @@ def latest_checkpoint(
         # One listing for all: storage may show the ranks a new folder at different times.
         candidates = broadcast_from_main(candidates)
     for directory in candidates:
-        manifest = read_manifest(directory, dist)
+        manifest = read_sealed(directory, dist)
         complete = manifest is not None
         if dist is not None:
             complete = all(gather_from_all(complete))
@@ -291,7 +287,7 @@ def load_checkpoint(
     RNG states do not map onto these ranks, which are seeded from `seed`, the step and their rank
     instead.
     """
-    manifest = manifest_fields(directory)
+    manifest = read_manifest(directory).fields
     if manifest["world_size"] != dist.world_size:
         load_trainable_state(engine, directory)
     else:

@@ -11,8 +11,9 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,63 @@ def checkpoint_files(directory: Path) -> set[str]:
         for p in directory.rglob("*")
         if p.is_file() and p.name not in NOT_CONTENT
     }
+
+
+class ManifestError(Exception):
+    """A folder's manifest is missing (the folder is not sealed yet) or damaged."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A sealed folder's manifest as read: its fields (`files`: name → sha256, and whatever the
+    writer added) and the sha256 of its bytes."""
+
+    fields: dict[str, Any]
+    sha256: str
+
+    @property
+    def files(self) -> dict[str, str]:
+        return self.fields["files"]
+
+    @property
+    def step(self) -> int | None:
+        step = self.fields.get("step")
+        return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def read_manifest(directory: Path) -> Manifest:
+    """The one reader of manifests (training, upload, retention, predict): whole JSON with a
+    `files` map, or ManifestError saying what is wrong. Files are not hashed here."""
+    path = directory / MANIFEST
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ManifestError(
+            f"{directory}: no {MANIFEST}; not sealed (still being written?)"
+        ) from None
+    try:
+        fields = json.loads(raw)
+        files = fields["files"]
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise TypeError("`files` is not a map of names to sha256")
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        raise ManifestError(f"{directory}: {MANIFEST} is incomplete or damaged ({error})") from None
+    return Manifest(fields, hashlib.sha256(raw).hexdigest())
+
+
+def unlisted_or_missing(directory: Path, manifest: Manifest) -> tuple[list[str], list[str]]:
+    """Files the folder holds that its manifest does not list, and listed files it lacks."""
+    present = checkpoint_files(directory) - {MANIFEST}
+    return sorted(present - manifest.files.keys()), sorted(manifest.files.keys() - present)
+
+
+def changed_files(directory: Path, manifest: Manifest, names: Iterable[str]) -> list[str]:
+    """Those of `names` that are missing or whose sha256 differs from the manifest's."""
+    return [
+        name
+        for name in names
+        if not (directory / name).is_file() or sha256_file(directory / name) != manifest.files[name]
+    ]
 
 
 def write_manifest(
@@ -98,5 +156,5 @@ def checkpoint_lock(directory: Path, wait: bool = True) -> Iterator[None]:
 def content_sha256(directory: Path) -> str:
     """One hash for the content of a sealed folder: the sha256 of its manifest's file list (each
     file's name and sha256), so two folders with the same files have the same hash."""
-    files = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))["files"]
+    files = read_manifest(directory).files
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()

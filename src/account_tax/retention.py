@@ -35,11 +35,12 @@ from typing import Any
 from account_tax.errors import DataError
 from account_tax.io import sha256_file, write_json
 from account_tax.manifest import (
-    MANIFEST,
     STEP_PREFIX,
     CheckpointBusy,
+    ManifestError,
     checkpoint_files,
     checkpoint_lock,
+    read_manifest,
 )
 from account_tax.settings import known_keys
 
@@ -83,15 +84,14 @@ class Checkpoint:
         return value if math.isfinite(value) else None
 
 
-def read_manifest(directory: Path) -> dict[str, Any] | None:
-    """The manifest if it is whole JSON with a step and files; its hashes are checked later."""
+def complete_manifest(directory: Path) -> dict[str, Any] | None:
+    """The manifest's fields if it is whole and names a step; its hashes are checked against
+    the receipts later."""
     try:
-        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        manifest = read_manifest(directory)
+    except ManifestError:
         return None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
-        return None
-    return manifest if isinstance(manifest.get("step"), int) else None
+    return manifest.fields if manifest.step is not None else None
 
 
 RECEIPT_KEYS = {"source", "bucket", "prefix", "objects"}
@@ -232,7 +232,7 @@ def retain(
     for directory in sorted(checkpoint_dir.rglob(f"{STEP_PREFIX}*")):
         if directory.is_dir():
             runs.setdefault(directory.parent, []).append(
-                Checkpoint(directory, read_manifest(directory))
+                Checkpoint(directory, complete_manifest(directory))
             )
     kept, deleted = [], []
     for checkpoints in runs.values():

@@ -64,7 +64,14 @@ from s3transfer.utils import ChunksizeAdjuster
 
 from account_tax.errors import DataError
 from account_tax.io import write_json
-from account_tax.manifest import MANIFEST, STEP_PREFIX, checkpoint_files, checkpoint_lock
+from account_tax.manifest import (
+    MANIFEST,
+    STEP_PREFIX,
+    ManifestError,
+    checkpoint_lock,
+    read_manifest,
+    unlisted_or_missing,
+)
 from account_tax.settings import known_keys
 
 log = logging.getLogger(__name__)
@@ -287,24 +294,15 @@ def check_checkpoint(directory: Path) -> tuple[dict[str, Any], dict[str, str]]:
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such checkpoint folder")
     try:
-        raw = (directory / MANIFEST).read_bytes()
-        manifest = json.loads(raw)
-        listed = dict(manifest["files"])
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"{directory}: no {MANIFEST}; the checkpoint is incomplete (still being written?)"
-        ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
-        raise CheckpointError(
-            f"{directory}: {MANIFEST} is incomplete or damaged ({error})"
-        ) from None
-    present = checkpoint_files(directory) - {MANIFEST}
-    missing, unlisted = sorted(set(listed) - present), sorted(present - set(listed))
+        manifest = read_manifest(directory)
+    except ManifestError as error:
+        raise CheckpointError(str(error)) from None
+    unlisted, missing = unlisted_or_missing(directory, manifest)
     if missing or unlisted:
         raise CheckpointError(
             f"{directory}: files do not match {MANIFEST}: missing {missing}, not listed {unlisted}"
         )
-    return manifest, {MANIFEST: hashlib.sha256(raw).hexdigest()} | dict(sorted(listed.items()))
+    return manifest.fields, {MANIFEST: manifest.sha256} | dict(sorted(manifest.files.items()))
 
 
 def key_prefix(settings: UploadSettings, run: RunInfo, name: str) -> str:
@@ -524,10 +522,10 @@ def receipt_matches(receipt_path: Path, source: Path) -> bool:
     """A receipt already proves this folder as it is now (same manifest): no new upload needed."""
     try:
         receipt = json.loads(receipt_path.read_text(encoding="utf-8"))
-        manifest = (source / MANIFEST).read_bytes()
-    except (OSError, json.JSONDecodeError):
+        manifest = read_manifest(source)
+    except (OSError, json.JSONDecodeError, ManifestError):
         return False
-    return receipt.get("manifest_sha256") == hashlib.sha256(manifest).hexdigest()
+    return receipt.get("manifest_sha256") == manifest.sha256
 
 
 def upload_segment(
