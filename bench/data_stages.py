@@ -61,9 +61,10 @@ def prepare(rows: int, seed: int, dirty_fraction: float, work_dir: Path) -> Path
     records = case_dir / "records.parquet"
     if records.is_file():
         return case_dir
+    from synthetic_ledger import generate_ledger
+
     from account_tax.ingest import ingest
     from account_tax.settings import DataSpec
-    from account_tax.synthetic import generate_ledger
 
     print(f"generating and ingesting {rows:,} synthetic rows in {case_dir}", flush=True)
     generate_ledger(case_dir / "ledger.csv", rows, seed=seed, dirty_fraction=dirty_fraction)

@@ -7,13 +7,13 @@ import jsonschema
 import numpy as np
 import polars as pl
 import pytest
+import synthetic_ledger as synthetic
 import yaml
+from synthetic_ledger import COLUMNS, DIRTY_KINDS, class_codes, class_counts, generate_ledger
 
-from account_tax import synthetic
 from account_tax.clean import REASON, clean
 from account_tax.ingest import ingest
 from account_tax.settings import DataSpec
-from account_tax.synthetic import COLUMNS, DIRTY_KINDS, class_codes, class_counts, generate_ledger
 
 REPO = Path(__file__).resolve().parents[1]
 SYNTHETIC_CONFIG = REPO / "config" / "synthetic_ledger.yaml"

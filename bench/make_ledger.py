@@ -5,7 +5,7 @@ About 280 German/EU-style account codes (21 without any booking) with a Zipf-lik
 the memo carries account-specific words, the vendor and noise. The same --rows and --seed give
 a byte-identical file. Prints a JSON summary, with the number of dirty rows of each kind.
 
-Example: python scripts/make_ledger.py --rows 1000000 --output results/synthetic/ledger.csv
+Example: python bench/make_ledger.py --rows 1000000 --output results/synthetic/ledger.csv
 """
 
 import argparse
@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from account_tax.synthetic import DIRTY_KINDS, MAX_DIRTY_FRACTION, generate_ledger
+from synthetic_ledger import DIRTY_KINDS, MAX_DIRTY_FRACTION, generate_ledger
 
 
 def non_negative_int(text: str) -> int:
