@@ -17,7 +17,12 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export XDG_CACHE_HOME ?= $(abspath .cache)
 
-.PHONY: run test test-fast lint format bench
+# What `make test` needs beside Python packages: SLURM and munge (a local test cluster), Chromium
+# (the report in a real browser), Apptainer's runtime and debootstrap (images). Debian names.
+SYSTEM_PACKAGES := slurmctld slurmd slurm-client munge chromium \
+	squashfs-tools squashfuse fuse2fs uidmap debootstrap
+
+.PHONY: run test test-fast lint format bench system-packages
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,7 +60,25 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/snakefmt Snakefile workflow
 
-test: lint
+# Installed with apt-get where missing (as root); elsewhere it says what to install, and the tests
+# that need a missing one say so.
+system-packages:
+	@missing=$$(for package in $(SYSTEM_PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' $$package 2>/dev/null | grep -q "ok installed" \
+			|| echo $$package; done); \
+	if [ -z "$$missing" ]; then \
+		echo "system packages: all installed"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing system packages:" $$missing; \
+		apt-get -o DPkg::Lock::Timeout=600 update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+			--no-install-recommends $$missing; \
+	else \
+		echo "system packages missing (install them as root, or with sudo make system-packages):" \
+			$$missing >&2; \
+	fi
+
+test: lint system-packages
 	$(BIN)/pytest
 
 # The edit loop: the unit tests, without the end-to-end workflow runs (SLURM, Apptainer, the

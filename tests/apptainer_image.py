@@ -106,26 +106,14 @@ def which(program: str) -> str | None:
     return shutil.which(program, path=os.pathsep.join([os.environ.get("PATH", ""), SBIN]))
 
 
-_apt_updated = False
-
-
-def ensure_runtime_packages() -> None:
-    """Install Apptainer's runtime packages (and debootstrap) with apt-get when missing."""
-    global _apt_updated
+def check_runtime_packages() -> None:
+    """Apptainer's runtime packages (and debootstrap) come from `make system-packages`."""
     missing = [package for package, program in RUNTIME_PACKAGES.items() if not which(program)]
-    if not missing:
-        return
-    if os.geteuid() != 0 or not which("apt-get"):
+    if missing:
         raise Unavailable(
-            f"Apptainer's runtime packages are missing ({' '.join(missing)}) and cannot be "
-            "installed here (needs root and apt-get)"
+            f"Apptainer's runtime packages are missing ({' '.join(missing)}): run"
+            " `make system-packages` (as root)"
         )
-    env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
-    apt = ["apt-get", "-o", "DPkg::Lock::Timeout=600"]
-    if not _apt_updated:
-        run([*apt, "update"], env=env)
-        _apt_updated = True
-    run([*apt, "install", "-y", "--no-install-recommends", *missing], env=env)
 
 
 def unpack_tarball() -> Path:
@@ -187,10 +175,10 @@ class Apptainer:
 
     @classmethod
     def find(cls, home: Path) -> Apptainer:
-        """`apptainer` from PATH, else the shared tarball unpacked; runtime packages ensured."""
+        """`apptainer` from PATH, else the shared tarball unpacked; runtime packages checked."""
         on_path = shutil.which("apptainer")
         binary = Path(on_path) if on_path else unpack_tarball()
-        ensure_runtime_packages()
+        check_runtime_packages()
         tool = cls(binary, home)
         run([binary, "--version"], env=tool.env())
         return tool

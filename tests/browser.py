@@ -1,8 +1,7 @@
 """Headless Chromium (Debian's package) driven by Playwright, for checking pages as a person sees
-them. The browser is installed with apt-get when missing; Playwright never downloads one."""
+them. The browser is Debian's, from `make system-packages`; Playwright never downloads one."""
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,20 +20,10 @@ CHROMIUM_FLAGS = [
 
 
 def chromium() -> str:
-    """The path of Debian's Chromium, installed if needed; skips only where apt-get cannot."""
-    found = shutil.which("chromium")
-    if found:
-        return found
-    install = subprocess.run(
-        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
-        "apt-get install -y -qq --no-install-recommends chromium",
-        shell=True,
-        capture_output=True,
-        text=True,
-    )
+    """The path of Debian's Chromium (from `make system-packages`)."""
     found = shutil.which("chromium")
     if found is None:
-        pytest.skip(f"Debian's chromium could not be installed: {install.stderr[-500:]}")
+        pytest.skip("chromium is not installed: run `make system-packages` (as root)")
     return found
 
 

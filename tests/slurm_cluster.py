@@ -1,7 +1,7 @@
 """A real SLURM cluster on 127.0.0.1 for tests: munge, slurmctld and one slurmd per node, all
 with their config, state, sockets, pids and logs in a temporary folder.
 
-The Debian 12 packages (Slurm 22.05) are installed when missing (`install_slurm`). Several
+The Debian 12 packages (Slurm 22.05) come from `make system-packages`. Several
 nodes are several slurmd daemons on this one machine, each with its own name and port, so a
 multi-node job really spans two slurmd. A node may carry a stand-in GPU (gres `gpu` backed by
 /dev/null): jobs that ask for it are scheduled and see CUDA_VISIBLE_DEVICES, but there is no GPU.
@@ -25,7 +25,6 @@ from pathlib import Path
 
 from account_tax.ports import free_ports
 
-PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
 BINARIES = [
     *("slurmctld", "slurmd", "sbatch", "srun", "squeue", "sinfo", "scontrol", "scancel"),
     *("munged", "mungekey"),
@@ -38,25 +37,12 @@ def _missing_binaries() -> list[str]:
     return [name for name in BINARIES if shutil.which(name, path=search) is None]
 
 
-def install_slurm() -> str | None:
-    """Install the Debian packages if a binary is missing. None when SLURM is usable, else why
-    it is not (the reason a test skips with)."""
-    if not _missing_binaries():
-        return None
-    if shutil.which("apt-get") is None:
-        return "SLURM is not installed and there is no apt-get to install it"
-    if os.geteuid() != 0:
-        return "SLURM is not installed and installing it with apt-get needs root"
-    env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
-    for command in (
-        ["apt-get", "update"],
-        ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES],
-    ):
-        result = subprocess.run(command, env=env, capture_output=True, text=True)
-        if result.returncode != 0:
-            return f"`{' '.join(command)}` failed ({result.returncode}): {result.stderr[-600:]}"
+def missing_slurm() -> str | None:
+    """None when SLURM is usable, else why not (the reason a test skips with)."""
     missing = _missing_binaries()
-    return f"still missing after apt-get install: {missing}" if missing else None
+    if missing:
+        return f"{missing} not installed: run `make system-packages` (as root)"
+    return None
 
 
 def _sbin(name: str) -> str:

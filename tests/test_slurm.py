@@ -21,7 +21,7 @@ import polars as pl
 import pytest
 import yaml
 from sample_ledger import ledger_config, small_ledger
-from slurm_cluster import SlurmCluster, install_slurm
+from slurm_cluster import SlurmCluster, missing_slurm
 from tiny_models import build_tiny_bert
 from workflow_runner import REPO, jobs_run, snakemake_command, snakemake_env
 
@@ -90,7 +90,7 @@ def run_snakemake(workdir, *args, config, env=None, timeout=900):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    reason = install_slurm()
+    reason = missing_slurm()
     if reason is not None:
         pytest.skip(f"no SLURM: {reason}")
     with SlurmCluster(
