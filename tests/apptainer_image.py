@@ -1,16 +1,18 @@
-"""Apptainer for the tests: find (or unpack) the binary, install its runtime packages, and build
-a cached image of one conda env's packages.
+"""Apptainer for the tests: find (or unpack) the binary, check its runtime packages, and build
+a cached image of one of the shipped definitions (containers/*.def).
 
 The image is built the way that works on machines where a definition file's `%post` cannot run
-(root without CAP_SYS_RESOURCE): a debootstrap sandbox of Debian bookworm with its Python 3.11,
-the env's pinned packages installed into it with `apptainer exec --writable`, then
-`apptainer build IMAGE SANDBOX`. The wheels are fetched on the host with this environment's pip
-(its registry and settings), so the container needs no network. The project's package is
-installed like containers/*.def do it, editable from /opt/account-tax/src; a run binds the
-checkout's src/ there, so editing the code does not invalidate the image.
+(root without CAP_SYS_RESOURCE): a debootstrap sandbox of Debian bookworm with its Python 3.11
+stands in for the definition's `From:` image, and the rest comes from the definition itself: the
+pinned packages its `%post` installs (with `apptainer exec --writable`), its `%files`, the
+project installed as its `%post` does (editable from /opt/account-tax/src; a run binds the
+checkout's src/ there, so editing the code does not invalidate the image), its `%environment`;
+then `apptainer build IMAGE SANDBOX`, and its `%test` runs in the image. The wheels are fetched
+on the host with this environment's pip (its registry and settings), so the container needs no
+network.
 
-Images are cached under .cache/apptainer/images/, named by a hash of everything that goes into
-them except the project's code.
+Images are cached under .cache/apptainer/images/, named by a hash of the definition and the
+build steps.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from apptainer_envs import REPO, read_env
+from apptainer_envs import REPO, Definition, read_definition
 
 CACHE = REPO / ".cache" / "apptainer"
 # CI and the project's machines have the shared folder beside the repository.
@@ -51,10 +53,10 @@ OSVersion: {suite}
 MirrorURL: {mirror}
 Include: python3 python-is-python3
 """
-# The project's package inside the image, as in containers/*.def.
+# Where containers/*.def install the project's package (their %files), bound over at run time.
 PROJECT_DIR = "/opt/account-tax"
 # Bump when the build steps below change, so cached images are rebuilt.
-RECIPE = 1
+RECIPE = 2
 SBIN = os.pathsep.join(["/usr/local/sbin", "/usr/sbin", "/sbin"])
 
 
@@ -222,22 +224,21 @@ def runtime_binds() -> list[str]:
     ]
 
 
-def image_key(requirements: list[str]) -> str:
+def image_key(definition: Definition) -> str:
     recipe = {
         "recipe": RECIPE,
-        "definition": BASE_DEFINITION,
+        "base": BASE_DEFINITION,
         "suite": SUITE,
-        "requirements": sorted(requirements),
+        "definition": definition.path.read_text(encoding="utf-8"),
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
     }
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def env_image(tool: Apptainer, env_file: Path) -> Path:
-    """The cached image of `env_file`'s packages, built on first use."""
-    env = read_env(env_file)
-    requirements = [pin.requirement for pin in env.pins]
-    image = CACHE / "images" / f"{env.name}-{image_key(requirements)}.sif"
+def definition_image(tool: Apptainer, definition_file: Path) -> Path:
+    """The cached image of a shipped definition (containers/*.def), built on first use."""
+    definition = read_definition(definition_file)
+    image = CACHE / "images" / f"{definition.name}-{image_key(definition)}.sif"
     if image.is_file():
         return image
     if os.geteuid() != 0:
@@ -246,8 +247,8 @@ def env_image(tool: Apptainer, env_file: Path) -> Path:
         if not image.is_file():
             for stale in [*CACHE.glob("build-*"), *CACHE.glob("trash-*")]:
                 shutil.rmtree(stale, ignore_errors=True)  # left by an interrupted build
-            build_image(tool, requirements, image)
-            for older in image.parent.glob(f"{env.name}-*"):  # images of earlier versions
+            build_image(tool, definition, image)
+            for older in image.parent.glob(f"{definition.name}-*"):  # earlier versions
                 if older.stem != image.stem:
                     older.unlink()
     return image
@@ -260,11 +261,31 @@ def remove_tree(path: Path) -> None:
     subprocess.Popen(["rm", "-rf", str(trash)], start_new_session=True)
 
 
-def build_image(tool: Apptainer, requirements: list[str], image: Path) -> None:
+def copy_files(definition: Definition, sandbox: Path) -> None:
+    """The definition's `%files`: `source destination` lines, sources relative to the repository."""
+    for line in definition.sections.get("files", "").splitlines():
+        if not line.strip() or line.strip().startswith("#"):
+            continue
+        source, destination = line.split()
+        target = sandbox / destination.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if (REPO / source).is_dir():
+            ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+            shutil.copytree(REPO / source, target, ignore=ignore)
+        else:
+            shutil.copy2(REPO / source, target)
+
+
+def build_image(tool: Apptainer, definition: Definition, image: Path) -> None:
+    """Everything the definition says but its base: the packages its `%post` installs with pip,
+    its `%files`, the project installed as `%post` does, its `%environment`; then its `%test`
+    runs in the finished image. A definition that cannot build or pass its own test fails here."""
+    requirements = [f"{name}=={version}" for name, version in definition.pins().items()]
+    editable = re.findall(r"pip install --no-deps -e (\S+)", definition.sections.get("post", ""))
     image.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=CACHE, prefix="build-"))
     log = image.with_suffix(".log")
-    log.write_text(f"building {image.name}: {requirements}\n", encoding="utf-8")
+    log.write_text(f"building {image.name} from {definition.path.name}\n", encoding="utf-8")
     started = time.monotonic()
     try:
         # Wheels for the image, fetched and built on the host (same Python minor version)
@@ -273,11 +294,11 @@ def build_image(tool: Apptainer, requirements: list[str], image: Path) -> None:
         pip_env = tool.env() | {"PIP_CACHE_DIR": str(CACHE / "pip")}
         pip_wheel = [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", wheels]
         fetch = start([*pip_wheel, "pip", "setuptools>=77", *requirements], env=pip_env)
-        definition = work / "base.def"
-        definition.write_text(BASE_DEFINITION.format(suite=SUITE, mirror=mirror_url()))
+        base = work / "base.def"
+        base.write_text(BASE_DEFINITION.format(suite=SUITE, mirror=mirror_url()))
         sandbox = work / "sandbox"
         try:
-            run([tool.binary, "build", "--sandbox", sandbox, definition], env=tool.env(), log=log)
+            run([tool.binary, "build", "--sandbox", sandbox, base], env=tool.env(), log=log)
         finally:
             finish(fetch, log=log, started=started)
         pip = f"/mnt/{next(wheels.glob('pip-*.whl')).name}/pip"
@@ -285,18 +306,12 @@ def build_image(tool: Apptainer, requirements: list[str], image: Path) -> None:
         install += ["--break-system-packages", "--root-user-action=ignore"]
         mount = ["--writable", "--bind", f"{wheels}:/mnt:ro"]
         tool.exec(sandbox, *install, *requirements, args=mount, log=log)
-
-        # The project, editable from PROJECT_DIR/src, as containers/*.def install it.
-        project = sandbox / PROJECT_DIR.lstrip("/")
-        project.mkdir(parents=True)
-        for name in ("pyproject.toml", "README.md"):
-            shutil.copy2(REPO / name, project / name)
-        shutil.copytree(
-            REPO / "src",
-            project / "src",
-            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
-        )
-        tool.exec(sandbox, *install, "--no-deps", "-e", PROJECT_DIR, args=mount, log=log)
+        copy_files(definition, sandbox)
+        for project in editable:
+            tool.exec(sandbox, *install, "--no-deps", "-e", project, args=mount, log=log)
+        # Where `apptainer build` puts a definition's %environment.
+        environment = sandbox / ".singularity.d" / "env" / "90-environment.sh"
+        environment.write_text(definition.sections.get("environment", "") + "\n")
 
         for deb in (sandbox / "var/cache/apt/archives").glob("*.deb"):
             deb.unlink()
@@ -304,6 +319,9 @@ def build_image(tool: Apptainer, requirements: list[str], image: Path) -> None:
         # lz4: an eighth of the default compression time, for a slightly larger file.
         squash = ["--mksquashfs-args", "-comp lz4"]
         run([tool.binary, "build", *squash, partial, sandbox], env=tool.env(), log=log)
+        test = definition.sections.get("test", "").strip()
+        if test:
+            tool.exec(partial, "/bin/sh", "-ec", test, log=log)
         partial.replace(image)
         with log.open("a", encoding="utf-8") as handle:
             handle.write(f"built in {time.monotonic() - started:.0f} s\n")

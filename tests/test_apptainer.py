@@ -1,9 +1,10 @@
 """The data stages in a real Apptainer container: `snakemake --sdm apptainer` runs ingest and
-clean in an image of envs/data.yaml and writes the same tables as a run on the host.
+clean in the image containers/data.def describes (which installs envs/data.yaml's packages) and
+writes the same tables as a run on the host.
 
 Apptainer comes from PATH, else from the shared tarball (../shared/tools, unpacked into
 .cache/apptainer); without either the tests skip and say so. The image is built once (about two
-to three minutes) and cached in .cache/apptainer/images, keyed by the env's packages; see
+to three minutes) and cached in .cache/apptainer/images, keyed by the definition; see
 tests/apptainer_image.py.
 """
 
@@ -16,7 +17,7 @@ import subprocess
 import polars as pl
 import pytest
 from apptainer_envs import REPO, read_env
-from apptainer_image import Apptainer, Unavailable, env_image, runtime_binds
+from apptainer_image import Apptainer, Unavailable, definition_image, runtime_binds
 from mlflow import MlflowClient
 from polars.testing import assert_frame_equal
 from sample_ledger import ledger_config, small_ledger
@@ -39,7 +40,7 @@ def apptainer(tmp_path_factory):
 @pytest.fixture(scope="module")
 def data_image(apptainer):
     try:
-        return env_image(apptainer, DATA_ENV)
+        return definition_image(apptainer, REPO / "containers" / "data.def")
     except Unavailable as reason:
         pytest.skip(str(reason))
 
