@@ -2,7 +2,7 @@
 
 Layout: `<checkpoint-dir>/run-<fingerprint>/step-<step>/`, holding DeepSpeed's files (every rank
 writes its own optimizer shard), one RNG state per rank, the step history, the trained weights
-and their Adam moments whole (`trainable_state.pt`, ZeRO-1/2: what a resume on another number
+and their Adam moments whole (`trainable_state.pt`, ZeRO-2: what a resume on another number
 of processes loads), and `manifest.json` with the sha256 of every other file. A checkpoint is
 written under a staging name, the manifest goes in last, and only then is the folder renamed: a
 folder named `step-*` with a manifest that matches its files is complete, anything else is
@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as torch_dist
 from deepspeed import DeepSpeedEngine
+from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
 from transformers import set_seed
 
 from account_tax.distributed import Distributed, barrier, broadcast_from_main, gather_from_all
@@ -140,7 +141,9 @@ def save_checkpoint(
         staging, tag=DEEPSPEED_TAG, save_latest=False, exclude_frozen_parameters=True
     )
     torch.save(rng_state(), staging / f"rng_state_rank{dist.rank}.pt")
-    if engine.zero_optimization_stage() <= 2:
+    # ZeRO-2's optimizer (and ZeRO-1's in fp32); ZeRO-3 and bf16 under ZeRO-1 partition
+    # differently, and resume on the same number of processes only.
+    if isinstance(engine.optimizer, DeepSpeedZeroOptimizer):
         state = trainable_state(engine)  # a collective
         if dist.is_main:
             torch.save(state, staging / TRAINABLE_STATE)
@@ -282,7 +285,7 @@ def load_checkpoint(
 ) -> list[dict[str, Any]]:
     """Restore model, optimizer, scheduler and this rank's RNG; return the step history.
 
-    A checkpoint written by another number of processes (ZeRO-1 or 2) loads from its trainable
+    A checkpoint written by another number of processes (ZeRO-2) loads from its trainable
     state instead of DeepSpeed's per-rank shards, which DeepSpeed will not re-partition; its ranks'
     RNG states do not map onto these ranks, which are seeded from `seed`, the step and their rank
     instead.

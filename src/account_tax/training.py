@@ -34,7 +34,13 @@ from account_tax.batching import (
     rank_batches,
     watched,
 )
-from account_tax.checkpoint import fingerprint, latest_checkpoint, load_checkpoint, save_checkpoint
+from account_tax.checkpoint import (
+    TRAINABLE_STATE,
+    fingerprint,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from account_tax.classifier import hold_rows, save_full_classifier
 from account_tax.code_hash import code_sha256
 from account_tax.distributed import Distributed, barrier, init_distributed
@@ -331,10 +337,11 @@ def kept_accumulation(
         return accumulation
     directory, manifest = resume
     written_by, global_batch = manifest["world_size"], manifest["global_batch_size"]
-    if manifest["zero_stage"] == 3 and written_by != world_size:
+    if TRAINABLE_STATE not in manifest["files"] and written_by != world_size:
         raise ValueError(
-            f"{directory}: a ZeRO-3 checkpoint written by {written_by} process(es) resumes only"
-            f" on {written_by}, not {world_size} (ZeRO-2, the default, resumes on any count)"
+            f"{directory}: a ZeRO-{manifest['zero_stage']} checkpoint written by {written_by}"
+            f" process(es) resumes only on {written_by}, not {world_size} (ZeRO-2, the default,"
+            " resumes on any count)"
         )
     per_step = settings.per_device_batch_size * world_size
     if global_batch % per_step:

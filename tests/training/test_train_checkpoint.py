@@ -84,7 +84,8 @@ def test_fingerprint_ignores_key_order_but_not_values():
 
 
 def resumed(world_size, global_batch, zero_stage=2):
-    manifest = {"world_size": world_size, "global_batch_size": global_batch}
+    files = {"trainable_state.pt": "…"} if zero_stage == 2 else {}
+    manifest = {"world_size": world_size, "global_batch_size": global_batch, "files": files}
     return Path("run/step-000000010"), manifest | {"zero_stage": zero_stage}
 
 
