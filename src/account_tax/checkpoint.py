@@ -141,8 +141,8 @@ def save_checkpoint(
         staging, tag=DEEPSPEED_TAG, save_latest=False, exclude_frozen_parameters=True
     )
     torch.save(rng_state(), staging / f"rng_state_rank{dist.rank}.pt")
-    # ZeRO-2's optimizer (and ZeRO-1's in fp32); ZeRO-3 and bf16 under ZeRO-1 partition
-    # differently, and resume on the same number of processes only.
+    # ZeRO-2's optimizer (ZeRO-1's too in fp32); ZeRO-3 and bf16 under ZeRO-1 partition
+    # differently: their checkpoints resume on the same number of processes only.
     if isinstance(engine.optimizer, DeepSpeedZeroOptimizer):
         state = trainable_state(engine)  # a collective
         if dist.is_main:
@@ -201,7 +201,7 @@ def gather_master(engine: DeepSpeedEngine, param: torch.nn.Parameter, key: str |
 
 def trainable_state(engine: DeepSpeedEngine) -> dict[str, Any]:
     """Every trained parameter in fp32 with its Adam moments, whole, and the optimizer's and
-    scheduler's counters: a form that any number of processes can load (ZeRO-1 and 2)."""
+    scheduler's counters: a form that any number of processes can load."""
     params = {
         name: {key or "fp32": gather_master(engine, param, key) for key in (None, *ADAM_MOMENTS)}
         for name, param in engine.module.named_parameters()
@@ -227,6 +227,7 @@ def load_trainable_state(engine: DeepSpeedEngine, directory: Path) -> None:
     """Put a checkpoint's trainable state into an engine whose ranks partition it anew: the
     model's weights, the fp32 master weights and the Adam moments of every trained parameter
     (each rank keeps its own part), the step counts and the schedule."""
+    # Our own file, checked against the manifest's sha256; the scheduler's state is plain Python.
     saved = torch.load(directory / TRAINABLE_STATE, weights_only=False)
     trained = {name: p for name, p in engine.module.named_parameters() if p.requires_grad}
     require_trained_names(trained.keys(), saved["params"].keys(), directory / TRAINABLE_STATE)
