@@ -292,18 +292,16 @@ def load_checkpoint(
     instead.
     """
     manifest = read_manifest(directory).fields
-    if manifest["world_size"] != dist.world_size:
-        load_trainable_state(engine, directory)
-    else:
+    if manifest["world_size"] == dist.world_size:
         check_trained_names(engine, directory)
         # Not strict: the frozen base weights were left out on save and are already in place.
         loaded, _ = engine.load_checkpoint(directory, tag=DEEPSPEED_TAG, load_module_strict=False)
         if loaded is None:
             raise RuntimeError(f"{directory}: DeepSpeed could not load the checkpoint")
-    if manifest["world_size"] == dist.world_size:
         # Our own file, checked against the manifest's sha256; it holds Python and NumPy objects.
         set_rng_state(torch.load(directory / f"rng_state_rank{dist.rank}.pt", weights_only=False))
     else:
+        load_trainable_state(engine, directory)
         set_seed(seed + manifest["step"] * dist.world_size + dist.rank)
     lines = (directory / HISTORY).read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines]

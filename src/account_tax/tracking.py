@@ -247,10 +247,9 @@ def close_abandoned_run(run_file: Path) -> dict[str, Any] | None:
     Called as the next workflow run starts in the same folder, which Snakemake has locked."""
     if not run_file.exists():
         return None
-    run = read_run(run_file)
+    mlflow, run = run_client(run_file)
     if run["status"] != "RUNNING" or owner_alive(run["owner"]):
         return None
-    mlflow, run = run_client(run_file)
     if mlflow.get_run(run["run_id"]).info.status == "RUNNING":
         owner = run["owner"]
         reason = (

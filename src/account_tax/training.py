@@ -156,12 +156,11 @@ def train_step(
         loss, _ = forward_loss(engine, batch, weights)
         engine.backward(loss)
         engine.step()  # updates the weights at the end of the accumulation window only
-        totals += torch.stack(
+        totals[:3] += torch.stack(
             [
                 loss.detach().double(),
                 torch.tensor(len(batch["labels"]), dtype=torch.float64, device=device),
                 batch["attention_mask"].sum().double(),
-                torch.zeros((), dtype=torch.float64, device=device),
             ]
         )
     # The stop vote rides on the sums every step reduces anyway: no collective of its own.
