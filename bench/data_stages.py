@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config" / "synthetic_ledger.yaml"
@@ -49,7 +48,9 @@ CORES = os.cpu_count() or 1
 
 
 def bench_config(case_dir: Path) -> dict[str, Any]:
-    config = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
+    from account_tax.settings import load_settings
+
+    config = load_settings(str(CONFIG))
     config["data"]["path"] = str(case_dir / "ledger.csv")
     config["data"]["classes"] = str(case_dir / "classes.txt")
     return config
@@ -105,11 +106,11 @@ class Stages:
 
 
 def run_ours(case_dir: Path, out_dir: Path, stage: Stages) -> None:
-    from account_tax.clean import clean
-    from account_tax.features import build_features
-    from account_tax.serialize import serialize
+    from account_tax.clean import CleanSettings, clean
+    from account_tax.features import FeatureSettings, build_features
+    from account_tax.serialize import SerializeSettings, serialize
     from account_tax.settings import DataSpec
-    from account_tax.split import split
+    from account_tax.split import SplitSettings, split
 
     config = bench_config(case_dir)
     spec = DataSpec.from_config(config)
@@ -120,25 +121,25 @@ def run_ours(case_dir: Path, out_dir: Path, stage: Stages) -> None:
             spec,
             out_dir / "clean.parquet",
             out_dir / "rejects.parquet",
-            case=config["clean"]["case"],
-            drop_duplicates=config["clean"]["drop_duplicates"],
+            CleanSettings.of(config["clean"]),
         )
     with stage("features"):
         build_features(
             out_dir / "clean.parquet",
             spec,
-            config["features"],
+            FeatureSettings.of(config["features"]),
             out_dir / "features.parquet",
             label_map,
         )
     with stage("split"):
-        split(out_dir / "features.parquet", spec, config["split"], out_dir / "split")
+        options = SplitSettings.of(config["split"])
+        split(out_dir / "features.parquet", spec, options, out_dir / "split", 0)
     with stage("serialize"):
         for name in SPLITS:
             serialize(
                 out_dir / "split" / f"{name}.parquet",
                 spec,
-                config["serialize"],
+                SerializeSettings.of(config["serialize"]),
                 label_map,
                 out_dir / "serialized" / f"{name}.parquet",
             )

@@ -52,12 +52,9 @@ TARGET = 2.0
 
 def config(config_file: Path) -> dict[str, Any]:
     """The workflow's config with the schema's defaults filled in, as the rules get it."""
-    import yaml
-    from snakemake.utils import validate
+    from account_tax.settings import load_settings
 
-    settings = yaml.safe_load(config_file.read_text(encoding="utf-8"))
-    validate(settings, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
-    return settings
+    return load_settings(str(config_file))
 
 
 def write_rows(records: Path, rows: int, out: Path) -> None:

@@ -126,7 +126,13 @@ def batch_reference(workdir: Path, rows: pl.DataFrame) -> dict[str, Any]:
         paths = PredictPaths(*(Path(scratch) / f"{n}.parquet" for n in ("out", "rej", "rev")))
         started = time.perf_counter()
         counts = predict_records(
-            source, DataSpec.from_config(settings), settings, candidate, paths, provenance
+            source,
+            DataSpec.from_config(settings),
+            settings,
+            candidate,
+            paths,
+            provenance,
+            k=settings["predict"]["top_k"],
         )
         seconds = time.perf_counter() - started
     return {"rows": counts["predicted"], "seconds": seconds, "rows_per_s": rows.height / seconds}

@@ -165,7 +165,7 @@ def write_case(case: str, rows: int, long_share: float, seed: int, case_dir: Pat
 def settings_for(spec: dict[str, Any], group_by_length: bool):
     from account_tax.train_settings import TrainSettings
 
-    return TrainSettings(
+    return TrainSettings.of(
         model=spec["model"],
         max_length=spec["max_length"],
         epochs=spec["epochs"],

@@ -134,7 +134,7 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, server: s3server.S3Server, work: Path) -> dict:
-    settings = UploadSettings(
+    settings = UploadSettings.of(
         bucket=BUCKET,
         prefix="bench",
         multipart_threshold_mb=args.threshold_mb,

@@ -36,7 +36,7 @@ def main() -> None:
         metrics=args.metrics,
         predictions=args.predictions,
     )
-    settings = BaselineSettings.from_dict(args.settings.get("baseline") or {})
+    settings = BaselineSettings.of(args.settings["baseline"])
     report = train_baseline(paths, settings, args.threads)
     log_stage(args.tracking, "baseline", summary(report), artifacts=[args.metrics])
 

@@ -6,7 +6,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.clean import clean, summary_table
+from account_tax.clean import CleanSettings, clean, summary_table
 from account_tax.io import write_json
 from account_tax.settings import DataSpec
 from account_tax.tracking import log_stage
@@ -23,14 +23,12 @@ def main() -> None:
         "--no-label", action="store_true", help="records without labels (new records to predict)"
     )
     args = parser.parse_args()
-    options = args.settings.get("clean", {})
     counts = clean(
         args.input,
         DataSpec.from_config(args.settings),
         args.output,
         args.rejects,
-        case=options.get("case", "lower"),
-        drop_duplicates=options.get("drop_duplicates", True),
+        CleanSettings.of(args.settings["clean"]),
         require_label=not args.no_label,
     )
     write_json(args.counts, asdict(counts))

@@ -46,6 +46,8 @@ from account_tax.io import write_json, write_parquet
 from account_tax.model import LABEL_MAP, read_training_info
 from account_tax.predictions import PREDICTED_LABEL_ID, predictions_frame, read_split
 from account_tax.serialize import LABEL_ID, TEXT
+from account_tax.settings import EvaluateSettings
+from account_tax.split import SplitSettings
 from account_tax.tracking import log_stage, read_run
 from account_tax.unseen_classes import (
     COMPARATOR,
@@ -87,8 +89,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="texts per inference batch")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    review = ReviewSettings(**args.settings["review"])
-    options = args.settings["evaluate"]
+    review = ReviewSettings.of(args.settings["review"])
+    options = EvaluateSettings.of(args.settings["evaluate"])
 
     model, tokenizer, labels = load_classifier(args.model)
     max_length = read_training_info(args.model)["settings"]["max_length"]
@@ -111,14 +113,14 @@ def main() -> None:
         )
     scores[ENSEMBLE], weight = ensemble_scores(scores[MODEL], scores[BASELINE])
     amounts = None
-    if options["amount_column"]:
-        column = pl.read_parquet(args.test_records, columns=[options["amount_column"]])
+    if options.amount_column:
+        column = pl.read_parquet(args.test_records, columns=[options.amount_column])
         amounts = column.to_series().to_numpy()
     reports = {name: assess(view, labels, review, amounts) for name, view in scores.items()}
-    split_options = args.settings["split"]
-    if split_options["strategy"] == "group":
+    split_options = SplitSettings.of(args.settings["split"])
+    if split_options.strategy == "group":
         # The test rows whose group (say, vendor) never occurs in train: next month's new vendors.
-        group = split_options["group_column"]
+        group = split_options.group_column
         seen = pl.read_parquet(args.train_records, columns=[group]).to_series().drop_nulls()
         in_test = pl.read_parquet(args.test_records, columns=[group]).to_series()
         unseen = (~in_test.is_in(seen.unique().implode()).fill_null(False)).to_numpy()
@@ -159,8 +161,8 @@ def main() -> None:
         reports,
         scores,
         len(labels),
-        resamples=options["bootstrap_resamples"],
-        seed=options["seed"],
+        resamples=options.bootstrap_resamples,
+        seed=options.seed,
     )
     reports[ENSEMBLE]["weight"] = weight
     shipped = comparison["shipped"]["candidate"]

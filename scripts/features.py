@@ -5,7 +5,7 @@ class's name, description and parent from the chart of accounts."""
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.features import build_features
+from account_tax.features import FeatureSettings, build_features
 from account_tax.plots import plot_class_distribution
 from account_tax.settings import DataSpec
 from account_tax.tracking import log_stage
@@ -19,7 +19,7 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, required=True, help="class distribution PNG")
     args = parser.parse_args()
     spec = DataSpec.from_config(args.settings)
-    options = args.settings.get("features", {})
+    options = FeatureSettings.of(args.settings["features"])
     mapping = build_features(args.input, spec, options, args.output, args.label_map)
     plot_class_distribution(mapping["counts"], args.plot, "Classes after cleaning")
     counts = mapping["counts"].values()

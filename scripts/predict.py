@@ -12,7 +12,14 @@ from pathlib import Path
 import torch
 
 from account_tax import cli
-from account_tax.predict import BATCH_SIZE, Candidate, PredictPaths, Provenance, predict_records
+from account_tax.predict import (
+    BATCH_SIZE,
+    Candidate,
+    PredictPaths,
+    PredictSettings,
+    Provenance,
+    predict_records,
+)
 from account_tax.settings import DataSpec
 from account_tax.tracking import log_stage
 
@@ -32,7 +39,6 @@ def main() -> None:
     parser.add_argument("--output", type=Path, required=True, help="predictions Parquet")
     parser.add_argument("--rejects", type=Path, required=True, help="rejected rows Parquet")
     parser.add_argument("--review", type=Path, required=True, help="rows to review Parquet")
-    parser.add_argument("--top-k", type=int, default=3, help="classes per record")
     parser.add_argument(
         "--batch-size", type=int, default=BATCH_SIZE, help="texts per inference batch"
     )
@@ -51,7 +57,7 @@ def main() -> None:
         Candidate(args.model, args.baseline_model, shipped, args.batch_size),
         PredictPaths(args.output, args.rejects, args.review),
         provenance,
-        k=args.top_k,
+        k=PredictSettings.of(args.settings["predict"]).top_k,
     )
     stage = f"predict/{args.output.stem}"
     log_stage(

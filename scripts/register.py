@@ -19,16 +19,18 @@ import polars as pl
 from account_tax import cli
 from account_tax.io import sha256_file, write_json
 from account_tax.model import LABEL_MAP
-from account_tax.predict import BATCH_SIZE, Provenance
+from account_tax.predict import BATCH_SIZE, PredictSettings, Provenance
 from account_tax.predictions import read_labels
 from account_tax.registry import (
     ARTIFACT_PATH,
+    RegisterSettings,
     champion_decision,
     evaluated_rows_sha256,
     folder_bytes,
     register_version,
     save_prediction_model,
 )
+from account_tax.settings import EvaluateSettings
 from account_tax.tracking import log_stage, run_client, store_lock
 
 
@@ -50,7 +52,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.tracking is None or not args.tracking.is_file():
         parser.error("--tracking: the workflow's MLflow run file is needed to register")
-    options = args.settings["register"]
+    options = RegisterSettings.of(args.settings["register"])
+    evaluate = EvaluateSettings.of(args.settings["evaluate"])
     evaluation = json.loads(args.evaluation.read_text(encoding="utf-8"))
     shipped = evaluation["comparison"]["shipped"]
     provenance = Provenance.of(
@@ -81,52 +84,52 @@ def main() -> None:
             test_records=args.test_records,
             provenance=provenance,
             pyproject=args.pyproject,
-            top_k=args.settings["predict"]["top_k"],
+            top_k=PredictSettings.of(args.settings["predict"]).top_k,
             batch_size=BATCH_SIZE,
         )
         stored_bytes = folder_bytes(folder)
         # One registration at a time: the champion check and the alias move go together.
         with store_lock(uri):
-            version = register_version(client, options["name"], run["run_id"], folder, tags)
+            version = register_version(client, options.name, run["run_id"], folder, tags)
             champion = champion_decision(
                 client,
                 uri,
-                options["name"],
-                options["champion_alias"],
+                options.name,
+                options.champion_alias,
                 evaluation,
                 test_predictions,
                 read_labels(args.model / LABEL_MAP),
-                resamples=args.settings["evaluate"]["bootstrap_resamples"],
-                seed=args.settings["evaluate"]["seed"],
+                resamples=evaluate.bootstrap_resamples,
+                seed=evaluate.seed,
             )
             client.set_registered_model_alias(
-                options["name"], options["candidate_alias"], version.version
+                options.name, options.candidate_alias, version.version
             )
             if champion["moved"]:
                 client.set_registered_model_alias(
-                    options["name"], options["champion_alias"], version.version
+                    options.name, options.champion_alias, version.version
                 )
     record = {
-        "name": options["name"],
+        "name": options.name,
         "version": version.version,
-        "model_uri": f"models:/{options['name']}/{version.version}",
+        "model_uri": f"models:/{options.name}/{version.version}",
         "source": version.source,
         "stored_bytes": stored_bytes,
-        "aliases": {options["candidate_alias"]: version.version},
+        "aliases": {options.candidate_alias: version.version},
         "champion": champion,
         "tags": tags,
     }
     if champion["moved"]:
-        record["aliases"][options["champion_alias"]] = version.version
+        record["aliases"][options.champion_alias] = version.version
     write_json(args.output, record)
-    args.summary.write_text(summary_html(record, options["champion_alias"]), encoding="utf-8")
+    args.summary.write_text(summary_html(record, options.champion_alias), encoding="utf-8")
     cli.log.info(
         "registered %s version %s (%.1f MB at %s); %s %s: %s",
-        options["name"],
+        options.name,
         version.version,
         stored_bytes / 1e6,
         version.source,
-        options["champion_alias"],
+        options.champion_alias,
         "moved to it" if champion["moved"] else "not moved",
         champion["why"],
     )

@@ -24,7 +24,7 @@ def main() -> None:
     parser.add_argument("--report", type=Path, required=True, help="JSON report to write")
     args = parser.parse_args()
     report = retain(
-        args.checkpoint_dir, args.receipts, RetainSettings.from_config(args.settings), args.report
+        args.checkpoint_dir, args.receipts, RetainSettings.of(args.settings["retain"]), args.report
     )
     metrics = {"kept": len(report["kept"]), "deleted": len(report["deleted"])}
     log_stage(args.tracking, "retain", metrics, [args.report])

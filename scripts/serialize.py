@@ -4,7 +4,7 @@ template from the config's `serialize` section) plus its label id, ready for tok
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.serialize import serialize
+from account_tax.serialize import SerializeSettings, serialize
 from account_tax.settings import DataSpec
 from account_tax.tracking import log_stage
 
@@ -18,7 +18,7 @@ def main() -> None:
     rows = serialize(
         args.input,
         DataSpec.from_config(args.settings),
-        args.settings["serialize"],
+        SerializeSettings.of(args.settings["serialize"]),
         args.label_map,
         args.output,
     )

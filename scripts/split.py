@@ -8,8 +8,8 @@ from pathlib import Path
 
 from account_tax import cli
 from account_tax.plots import plot_split_distribution
-from account_tax.settings import DataSpec
-from account_tax.split import counts_table, split
+from account_tax.settings import DataSpec, EvaluateSettings
+from account_tax.split import SplitSettings, counts_table, split
 from account_tax.tracking import log_stage
 
 
@@ -21,8 +21,9 @@ def main() -> None:
     parser.add_argument("--counts-table", type=Path, required=True, help="per-class counts TSV")
     args = parser.parse_args()
     spec = DataSpec.from_config(args.settings)
-    holdout = args.settings.get("evaluate", {}).get("holdout_classes", 0)
-    report = split(args.input, spec, args.settings.get("split", {}), args.out_dir, holdout)
+    options = SplitSettings.of(args.settings["split"])
+    holdout = EvaluateSettings.of(args.settings["evaluate"]).holdout_classes
+    report = split(args.input, spec, options, args.out_dir, holdout)
     plot_split_distribution(report["per_class"], args.plot)
     args.counts_table.write_text(counts_table(report), encoding="utf-8")
     metrics = {f"{name}_rows": split["rows"] for name, split in report["splits"].items()}

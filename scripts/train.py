@@ -76,7 +76,7 @@ def main() -> None:
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s rank {rank} %(levelname)s %(name)s: %(message)s"
     )
-    settings = TrainSettings.from_dict(load_settings(args.settings).get("train") or {})
+    settings = TrainSettings.of(load_settings(args.settings)["train"])
     paths = TrainPaths(
         train=args.train,
         validation=args.validation,

@@ -54,7 +54,7 @@ def main() -> None:
     args = parser.parse_args()
     if (args.source is None) == (args.segment_marker is None):
         parser.error("give either --source, --name and --receipt, or --segment-marker and --index")
-    settings = UploadSettings.from_config(args.settings)
+    settings = UploadSettings.of(args.settings["upload"])
     run = RunInfo.from_file(args.run_file)
     try:
         if args.source is not None:

@@ -30,7 +30,7 @@ def main() -> None:
         Path(source),
         name,
         RunInfo.from_file(Path(run_file)),
-        UploadSettings(**json.loads(settings)),
+        UploadSettings.of(**json.loads(settings)),
         Path(receipt),
         on_progress=progress,
     )

@@ -46,7 +46,7 @@ def upload_settings(s3_env) -> UploadSettings:
 
     Each test gets its own key prefix in the one bucket: every bucket costs SeaweedFS 7 volumes.
     """
-    return UploadSettings(
+    return UploadSettings.of(
         bucket=BUCKET,
         prefix=f"test-{uuid.uuid4().hex[:8]}",
         multipart_threshold_mb=5,

@@ -5,11 +5,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import joblib
-import jsonschema
 import numpy as np
 import polars as pl
 import pytest
-import yaml
 
 from account_tax.baseline import (
     BaselinePaths,
@@ -24,7 +22,6 @@ from account_tax.metrics import top_k
 from account_tax.predictions import PREDICTED_LABEL_ID, TOP_K_LABEL_IDS, TOP_K_PROBABILITIES
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG_SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 
 # Label ids are positions in this list; "legal fees" has no sample at all.
 ACCOUNTS = {
@@ -108,7 +105,7 @@ def output_paths(data, out) -> BaselinePaths:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     paths = write_dataset(tmp_path_factory.mktemp("baseline"))
-    report = train_baseline(paths, BaselineSettings())
+    report = train_baseline(paths, BaselineSettings.of())
     return paths, report
 
 
@@ -129,7 +126,7 @@ def test_metrics_file_lists_every_account_and_the_training_run(trained):
     assert written["train_seconds"] > 0
     assert written["train_rows"] == 200
     assert written["classes_in_train"] == 5
-    assert written["settings"] == BaselineSettings().to_dict()
+    assert written["settings"] == BaselineSettings.of().to_dict()
     for split in ("validation", "test"):
         assert list(written[split]["per_class"]) == LABELS
         assert written[split]["per_class"]["legal fees"]["zero_support"] is True
@@ -202,7 +199,7 @@ def test_same_seed_gives_the_same_model_on_any_thread_count(trained, tmp_path):
     paths, report = trained
     again = output_paths(paths.train.parent, tmp_path)
 
-    rerun = train_baseline(again, BaselineSettings(), threads=2)
+    rerun = train_baseline(again, BaselineSettings.of(), threads=2)
 
     without_time = {k: v for k, v in report.items() if k != "train_seconds"}
     assert {k: v for k, v in rerun.items() if k != "train_seconds"} == without_time
@@ -213,7 +210,7 @@ def test_an_empty_validation_split_scores_as_undefined(trained, tmp_path):
     paths, _ = trained
     empty = tmp_path / "validation.parquet"
     pl.read_parquet(paths.validation).clear().write_parquet(empty)
-    settings = replace(BaselineSettings(), top_k=2)
+    settings = replace(BaselineSettings.of(), top_k=2)
 
     report = train_baseline(
         replace(output_paths(paths.train.parent, tmp_path), validation=empty), settings
@@ -233,7 +230,7 @@ def test_label_ids_outside_the_label_map_are_rejected_with_the_file_named(traine
 
     with pytest.raises(DataError, match=r"test\.parquet: 50 row\(s\) with a label id"):
         train_baseline(
-            replace(paths, test=bad, model=tmp_path / "model.joblib"), BaselineSettings()
+            replace(paths, test=bad, model=tmp_path / "model.joblib"), BaselineSettings.of()
         )
     assert not (tmp_path / "model.joblib").exists()
 
@@ -244,28 +241,7 @@ def test_a_train_split_with_one_account_is_rejected(trained, tmp_path):
     pl.read_parquet(paths.train).filter(pl.col("label_id") == 1).write_parquet(one)
 
     with pytest.raises(DataError, match="at least 2 classes"):
-        train_baseline(replace(paths, train=one), BaselineSettings())
-
-
-def test_schema_defaults_equal_the_code_defaults():
-    schema = yaml.safe_load(CONFIG_SCHEMA.read_text())["properties"]["baseline"]
-    jsonschema.Draft202012Validator.check_schema(schema)
-
-    defaults = {name: spec["default"] for name, spec in schema["properties"].items()}
-
-    assert defaults == BaselineSettings().to_dict()
-    jsonschema.validate(BaselineSettings().to_dict(), schema)
-
-
-def test_settings_read_lists_and_reject_unknown_keys_and_weights():
-    settings = BaselineSettings.from_dict({"char_ngram_range": [3, 4], "class_weight": None})
-    assert settings.char_ngram_range == (3, 4)
-    assert BaselineSettings.from_dict(settings.to_dict()) == settings
-
-    with pytest.raises(ValueError, match=r"unknown key.*'alpah'"):
-        BaselineSettings.from_dict({"alpah": 0.1})
-    with pytest.raises(ValueError, match="class_weight"):
-        BaselineSettings.from_dict({"class_weight": "inverse"})
+        train_baseline(replace(paths, train=one), BaselineSettings.of())
 
 
 def run_script(monkeypatch, *arguments: str) -> None:

@@ -3,18 +3,26 @@ import pytest
 from sample_ledger import ledger_row, ledger_spec
 
 import account_tax.clean
-from account_tax.clean import REASON, ROW_HASH, clean, later_duplicates, normalise_text
+from account_tax.clean import (
+    REASON,
+    ROW_HASH,
+    CleanSettings,
+    clean,
+    later_duplicates,
+    normalise_text,
+)
 from account_tax.errors import DataError
 from account_tax.ingest import ingest
 
 
-def run_clean(tmp_path, csv_path, **kwargs):
+def run_clean(tmp_path, csv_path, require_label=True, **kwargs):
     """Ingest and clean a CSV; return (counts, clean frame, rejects frame)."""
     spec = kwargs.pop("spec", None) or ledger_spec(csv_path)
     records = tmp_path / "records.parquet"
     ingest(spec, records)
     out, rejects = tmp_path / "clean.parquet", tmp_path / "rejects.parquet"
-    counts = clean(records, spec, out, rejects, **kwargs)
+    options = CleanSettings.of(**kwargs)
+    counts = clean(records, spec, out, rejects, options, require_label=require_label)
     return counts, pl.read_parquet(out), pl.read_parquet(rejects)
 
 
@@ -213,7 +221,13 @@ def test_missing_column_in_clean_input_names_file_and_column(tmp_path, write_csv
     ingest(ledger_spec(path), records)
     pl.read_parquet(records).drop("vendor").write_parquet(records)
     with pytest.raises(DataError, match=r"records\.parquet: missing required column\(s\) 'vendor'"):
-        clean(records, ledger_spec(path), tmp_path / "c.parquet", tmp_path / "r.parquet")
+        clean(
+            records,
+            ledger_spec(path),
+            tmp_path / "c.parquet",
+            tmp_path / "r.parquet",
+            CleanSettings.of(),
+        )
 
 
 def test_counts_add_up_on_a_mixed_file(tmp_path, write_csv):

@@ -19,7 +19,7 @@ from account_tax.evaluation import (
 )
 
 LABELS = [f"class {i}" for i in range(6)]
-REVIEW = ReviewSettings(target_precision=0.9, min_rows=20)
+REVIEW = ReviewSettings.of(target_precision=0.9, min_rows=20)
 
 
 def noisy_logits(y_true: np.ndarray, accuracy: float, seed: int) -> np.ndarray:

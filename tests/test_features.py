@@ -5,14 +5,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-import yaml
 from sample_ledger import ledger_config
 
-from account_tax.clean import clean
+from account_tax.clean import CleanSettings, clean
 from account_tax.errors import DataError
-from account_tax.features import build_features, signed_log10, signed_magnitude
+from account_tax.features import FeatureSettings, build_features, signed_log10, signed_magnitude
 from account_tax.ingest import ingest
-from account_tax.settings import DataSpec
+from account_tax.settings import DataSpec, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,7 +37,7 @@ def built(tmp_path):
     config = ledger_config(tmp_path / "ledger.csv", classes=["4210", "4930", "4970", "1800"])
     spec = DataSpec.from_config(config)
     out, label_map = tmp_path / "features.parquet", tmp_path / "label_map.json"
-    mapping = build_features(source, spec, config["features"], out, label_map)
+    mapping = build_features(source, spec, FeatureSettings.of(config["features"]), out, label_map)
     return pl.read_parquet(out), mapping, json.loads(label_map.read_text())
 
 
@@ -89,7 +88,7 @@ def test_masking_a_non_text_column_is_refused(tmp_path):
         build_features(
             source,
             DataSpec.from_config(config),
-            {"mask_digits": ["vendor"]},
+            FeatureSettings.of(mask_digits=["vendor"]),
             tmp_path / "f.parquet",
             tmp_path / "m.json",
         )
@@ -108,7 +107,11 @@ def test_label_map_from_data_is_sorted(tmp_path):
     clean_frame().write_parquet(source)
     config = ledger_config(tmp_path / "ledger.csv")
     mapping = build_features(
-        source, DataSpec.from_config(config), {}, tmp_path / "f.parquet", tmp_path / "m.json"
+        source,
+        DataSpec.from_config(config),
+        FeatureSettings.of(),
+        tmp_path / "f.parquet",
+        tmp_path / "m.json",
     )
     assert mapping["labels"] == ["4210", "4930", "4970"]
 
@@ -147,7 +150,11 @@ def test_label_map_takes_names_descriptions_and_parents_from_a_chart(tmp_path):
         chart_columns={"code": "account", "name": "title", "parent": "group"},
     )
     mapping = build_features(
-        source, DataSpec.from_config(config), {}, tmp_path / "f.parquet", tmp_path / "m.json"
+        source,
+        DataSpec.from_config(config),
+        FeatureSettings.of(),
+        tmp_path / "f.parquet",
+        tmp_path / "m.json",
     )
     assert mapping["labels"] == ["4000", "4930", "4210", "4970", "1800"]
     assert mapping["counts"] == {"4000": 0, "4930": 2, "4210": 1, "4970": 1, "1800": 0}
@@ -176,7 +183,11 @@ def test_class_names_from_labels_fill_what_the_chart_leaves_unnamed(tmp_path):
         class_names_from_labels=True,
     )
     mapping = build_features(
-        source, DataSpec.from_config(config), {}, tmp_path / "f.parquet", tmp_path / "m.json"
+        source,
+        DataSpec.from_config(config),
+        FeatureSettings.of(),
+        tmp_path / "f.parquet",
+        tmp_path / "m.json",
     )
     assert mapping["names"] == [
         "Accounts Payable Current",
@@ -187,14 +198,13 @@ def test_class_names_from_labels_fill_what_the_chart_leaves_unnamed(tmp_path):
 
 
 def test_the_bundled_default_names_its_classes_from_the_standard_tags(tmp_path):
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config = load_settings(str(REPO / "config" / "config.yaml"))
     spec = DataSpec.from_config(config)
     records, cleaned = tmp_path / "records.parquet", tmp_path / "clean.parquet"
     ingest(spec, records)
-    clean(records, spec, cleaned, tmp_path / "rejects.parquet")
-    mapping = build_features(
-        cleaned, spec, config["features"], tmp_path / "f.parquet", tmp_path / "m.json"
-    )
+    clean(records, spec, cleaned, tmp_path / "rejects.parquet", CleanSettings.of(config["clean"]))
+    options = FeatureSettings.of(config["features"])
+    mapping = build_features(cleaned, spec, options, tmp_path / "f.parquet", tmp_path / "m.json")
     names = dict(zip(mapping["labels"], mapping["names"], strict=True))
     assert names["AccumulatedOtherComprehensiveIncome"] == "Accumulated Other Comprehensive Income"
     assert names["AOCIReclassifications"] == "AOCI Reclassifications"

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 from sample_ledger import ledger_row, ledger_spec
 
-from account_tax.clean import REASON, clean
+from account_tax.clean import REASON, CleanSettings, clean
 from account_tax.ingest import RECORD_PROBLEM, ingest
 
 HEADER = ",".join(ledger_row(1))
@@ -28,7 +28,7 @@ def ingest_and_clean(tmp_path, path, **data_overrides):
     records = tmp_path / "records.parquet"
     ingest(spec, records)
     out, rejects = tmp_path / "clean.parquet", tmp_path / "rejects.parquet"
-    counts = clean(records, spec, out, rejects)
+    counts = clean(records, spec, out, rejects, CleanSettings.of())
     assert counts.rows_in == counts.rows_out + counts.rejected + counts.duplicates
     return counts, pl.read_parquet(records), pl.read_parquet(out), pl.read_parquet(rejects)
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sample_ledger import ledger_row, ledger_spec
 
-from account_tax.clean import clean
+from account_tax.clean import CleanSettings, clean
 from account_tax.errors import DataError
 from account_tax.ingest import ingest
 
@@ -45,7 +45,11 @@ def test_every_row_is_accounted_for(rows, classes):
         spec = ledger_spec(source, classes=classes)
         ingest(spec, tmp / "records.parquet")
         counts = clean(
-            tmp / "records.parquet", spec, tmp / "clean.parquet", tmp / "rejects.parquet"
+            tmp / "records.parquet",
+            spec,
+            tmp / "clean.parquet",
+            tmp / "rejects.parquet",
+            CleanSettings.of(),
         )
 
         kept = pl.read_parquet(tmp / "clean.parquet")
@@ -115,7 +119,11 @@ def test_every_line_of_a_malformed_csv_is_accounted_for(lines):
         spec = ledger_spec(source)
         ingest(spec, tmp / "records.parquet")
         counts = clean(
-            tmp / "records.parquet", spec, tmp / "clean.parquet", tmp / "rejects.parquet"
+            tmp / "records.parquet",
+            spec,
+            tmp / "clean.parquet",
+            tmp / "rejects.parquet",
+            CleanSettings.of(),
         )
         kept = pl.read_parquet(tmp / "clean.parquet").get_column("source_row").to_list()
         rejected = pl.read_parquet(tmp / "rejects.parquet")
@@ -160,7 +168,11 @@ def test_random_bytes_end_in_output_rejects_or_a_clear_error(header, body):
             return
         assert header == HEADER
         counts = clean(
-            tmp / "records.parquet", spec, tmp / "clean.parquet", tmp / "rejects.parquet"
+            tmp / "records.parquet",
+            spec,
+            tmp / "clean.parquet",
+            tmp / "rejects.parquet",
+            CleanSettings.of(),
         )
         kept = pl.read_parquet(tmp / "clean.parquet").get_column("source_row")
         rejected = pl.read_parquet(tmp / "rejects.parquet")

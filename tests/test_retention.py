@@ -41,7 +41,7 @@ from account_tax.s3 import (
 pytest_plugins = ["s3_fixtures"]
 
 REPO = Path(__file__).resolve().parents[1]
-KEEP_ONE = RetainSettings(keep_last=1)
+KEEP_ONE = RetainSettings.of(keep_last=1)
 
 
 def upload(source, run_info, settings, receipts: Path) -> dict:
@@ -80,7 +80,7 @@ def test_policy_keeps_the_last_k_and_the_best():
         checkpoint(5),
         Checkpoint(Path("step-6"), None),
     ]
-    choose_kept(checkpoints, RetainSettings(keep_last=2))
+    choose_kept(checkpoints, RetainSettings.of(keep_last=2))
     reasons = {c.path.name: c.reasons for c in checkpoints}
     assert reasons == {
         "step-1": [],
@@ -92,7 +92,9 @@ def test_policy_keeps_the_last_k_and_the_best():
     }
     for c in checkpoints:
         c.reasons.clear()
-    choose_kept(checkpoints, RetainSettings(keep_last=1, metric="validation_accuracy", mode="max"))
+    choose_kept(
+        checkpoints, RetainSettings.of(keep_last=1, metric="validation_accuracy", mode="max")
+    )
     assert checkpoints[3].reasons == ["best validation_accuracy (max): 0.9"]
 
 
@@ -111,7 +113,7 @@ def test_the_checkpoint_training_will_export_is_kept():
         checkpoint(3, 1, validation_loss=0.3),
         checkpoint(4, 1, validation_loss=0.4),
     ]
-    choose_kept(checkpoints, RetainSettings(keep_last=1))
+    choose_kept(checkpoints, RetainSettings.of(keep_last=1))
     assert [c.reasons for c in checkpoints] == [
         ["the best epoch's, which training exports"],
         ["best validation_loss (min): 0.2"],

@@ -6,7 +6,7 @@ import pytest
 from sample_ledger import ledger_config
 
 from account_tax.errors import DataError
-from account_tax.serialize import serialize
+from account_tax.serialize import SerializeSettings, serialize
 from account_tax.settings import DataSpec
 
 
@@ -33,7 +33,7 @@ def run(tmp_path, split_file, options, spec=None):
     path, label_map = split_file
     spec = spec or DataSpec.from_config(ledger_config(tmp_path / "x.csv"))
     out = tmp_path / "out.parquet"
-    serialize(path, spec, options, label_map, out)
+    serialize(path, spec, SerializeSettings.of(options), label_map, out)
     return pl.read_parquet(out)
 
 

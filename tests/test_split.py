@@ -14,6 +14,7 @@ from account_tax.io import sha256_file
 from account_tax.settings import DataSpec
 from account_tax.split import (
     SPLITS,
+    SplitSettings,
     assign_group_splits,
     assign_splits,
     assign_time_splits,
@@ -28,7 +29,9 @@ def labels(sizes: dict[str, int]) -> pl.Series:
 
 def test_stratified_shares_per_class():
     series = labels({"big": 100, "mid": 20, "small": 3, "tiny": 2, "one": 1})
-    frame = pl.DataFrame({"label": series, "split": assign_splits(series, {"seed": 1})})
+    frame = pl.DataFrame(
+        {"label": series, "split": assign_splits(series, SplitSettings.of({"seed": 1}))}
+    )
     counts = {
         (label, name): n for label, name, n in frame.group_by("label", "split").len().iter_rows()
     }
@@ -56,21 +59,23 @@ def test_stratified_shares_per_class():
 
 def test_same_seed_same_split_other_seed_other_split():
     series = labels({"a": 50, "b": 50})
-    first = assign_splits(series, {"seed": 5}).to_list()
-    assert first == assign_splits(series, {"seed": 5}).to_list()
-    assert first != assign_splits(series, {"seed": 6}).to_list()
+    first = assign_splits(series, SplitSettings.of({"seed": 5})).to_list()
+    assert first == assign_splits(series, SplitSettings.of({"seed": 5})).to_list()
+    assert first != assign_splits(series, SplitSettings.of({"seed": 6})).to_list()
 
 
 def test_zero_validation_fraction_gives_no_validation_rows():
     series = labels({"a": 30, "b": 4})
-    result = assign_splits(series, {"seed": 1, "validation_fraction": 0, "min_class_size": 2})
+    result = assign_splits(
+        series, SplitSettings.of({"seed": 1, "validation_fraction": 0, "min_class_size": 2})
+    )
     assert "validation" not in result.to_list()
     assert result.to_list().count("test") == 3 + 1
 
 
 def test_min_class_size_must_leave_a_training_row():
     with pytest.raises(ValueError, match="must exceed the number of held-out splits"):
-        assign_splits(labels({"a": 10}), {"min_class_size": 2})
+        assign_splits(labels({"a": 10}), SplitSettings.of({"min_class_size": 2}))
 
 
 def test_split_files_report_and_hashes(tmp_path):
@@ -84,7 +89,7 @@ def test_split_files_report_and_hashes(tmp_path):
         }
     ).write_parquet(source)
     spec = DataSpec.from_config(ledger_config(tmp_path / "x.csv"))
-    report = split(source, spec, {"seed": 3}, tmp_path / "split")
+    report = split(source, spec, SplitSettings.of({"seed": 3}), tmp_path / "split", 0)
 
     on_disk = json.loads((tmp_path / "split" / "split_report.json").read_text())
     assert on_disk == report
@@ -97,7 +102,7 @@ def test_split_files_report_and_hashes(tmp_path):
     assert report["train_only_classes"] == ["4970"]
     assert all(len(report["splits"][name]["sha256"]) == 64 for name in SPLITS)
 
-    again = split(source, spec, {"seed": 3}, tmp_path / "again")
+    again = split(source, spec, SplitSettings.of({"seed": 3}), tmp_path / "again", 0)
     assert again["splits"] == report["splits"]
 
 
@@ -105,9 +110,10 @@ SPLIT_IN_SUBPROCESS = """
 import json, sys
 from pathlib import Path
 from account_tax.settings import DataSpec
-from account_tax.split import split
+from account_tax.split import SplitSettings, split
 config = json.loads(sys.argv[1])
-report = split(Path(sys.argv[2]), DataSpec.from_config(config), {"seed": 3}, Path(sys.argv[3]))
+spec = DataSpec.from_config(config)
+report = split(Path(sys.argv[2]), spec, SplitSettings.of(seed=3), Path(sys.argv[3]), 0)
 print(json.dumps({name: s["sha256"] for name, s in report["splits"].items()}))
 """
 
@@ -171,7 +177,9 @@ def ledger_rows(days: int, seed: int = 0) -> pl.DataFrame:
 
 def test_time_split_orders_the_dates_and_keeps_each_date_whole():
     frame = ledger_rows(200)
-    frame = frame.with_columns(assign_time_splits(frame.get_column("date"), {"seed": 1}))
+    frame = frame.with_columns(
+        assign_time_splits(frame.get_column("date"), SplitSettings.of({"seed": 1}))
+    )
     spans = {
         name: (part.get_column("date").min(), part.get_column("date").max())
         for (name,), part in frame.group_by("split")
@@ -189,22 +197,28 @@ def test_time_split_orders_the_dates_and_keeps_each_date_whole():
 
 def test_time_split_takes_no_seed_and_no_row_order():
     frame = ledger_rows(60)
-    first = frame.with_columns(assign_time_splits(frame.get_column("date"), {"seed": 1}))
+    first = frame.with_columns(
+        assign_time_splits(frame.get_column("date"), SplitSettings.of({"seed": 1}))
+    )
     shuffled = frame.sample(fraction=1, shuffle=True, seed=3)
-    again = shuffled.with_columns(assign_time_splits(shuffled.get_column("date"), {"seed": 2}))
+    again = shuffled.with_columns(
+        assign_time_splits(shuffled.get_column("date"), SplitSettings.of({"seed": 2}))
+    )
     assert again.sort("entry_id").equals(first.sort("entry_id"))
 
 
 def test_time_split_rows_without_a_date_go_to_train():
     dates = pl.Series("date", [date(2024, 1, d) for d in range(1, 11)] + [None, None])
-    result = assign_time_splits(dates, {}).to_list()
+    result = assign_time_splits(dates, SplitSettings.of()).to_list()
     assert result[-2:] == ["train", "train"]
     assert result[:10] == ["train"] * 8 + ["validation", "test"]
 
 
 def test_time_split_with_no_validation_fraction():
     dates = pl.Series("date", [date(2024, 1, d) for d in range(1, 11)])
-    result = assign_time_splits(dates, {"validation_fraction": 0, "test_fraction": 0.3})
+    result = assign_time_splits(
+        dates, SplitSettings.of({"validation_fraction": 0, "test_fraction": 0.3})
+    )
     assert result.to_list() == ["train"] * 7 + ["test"] * 3
 
 
@@ -213,16 +227,20 @@ def test_time_split_needs_a_date_for_every_split():
     with pytest.raises(
         ValueError, match=r"needs at least 3 distinct dates in column 'date'.*has 2"
     ):
-        assign_time_splits(dates, {})
+        assign_time_splits(dates, SplitSettings.of())
     # A held-out split gets its date even when its share would round to none.
-    assert assign_time_splits(dates, {"validation_fraction": 0}).to_list() == (
+    assert assign_time_splits(dates, SplitSettings.of({"validation_fraction": 0})).to_list() == (
         ["train"] * 5 + ["test"] * 5
     )
 
 
 def group_split(frame: pl.DataFrame, seed: int) -> pl.DataFrame:
     return frame.with_columns(
-        assign_group_splits(frame.get_column("account"), frame.get_column("vendor"), {"seed": seed})
+        assign_group_splits(
+            frame.get_column("account"),
+            frame.get_column("vendor"),
+            SplitSettings.of({"seed": seed}),
+        )
     )
 
 
@@ -253,7 +271,7 @@ def test_group_split_same_seed_same_split_other_seed_other_split():
 
 def test_group_split_gives_a_split_with_no_fraction_no_rows():
     frame = ledger_rows(300)
-    options = {"validation_fraction": 0, "test_fraction": 0.2}
+    options = SplitSettings.of(validation_fraction=0, test_fraction=0.2)
     result = assign_group_splits(frame.get_column("account"), frame.get_column("vendor"), options)
     assert "validation" not in result.to_list()
     assert 0.1 < (result == "test").mean() < 0.3
@@ -262,8 +280,10 @@ def test_group_split_gives_a_split_with_no_fraction_no_rows():
 def test_group_split_places_rows_without_a_group_like_the_stratified_split():
     series = labels({"big": 100, "mid": 20, "small": 3, "tiny": 2})
     groups = pl.Series("vendor", [None] * len(series), dtype=pl.String)
-    grouped = pl.DataFrame({"label": series, "split": assign_group_splits(series, groups, {})})
-    stratified = pl.DataFrame({"label": series, "split": assign_splits(series, {})})
+    grouped = pl.DataFrame(
+        {"label": series, "split": assign_group_splits(series, groups, SplitSettings.of())}
+    )
+    stratified = pl.DataFrame({"label": series, "split": assign_splits(series, SplitSettings.of())})
 
     def counts(frame):
         return sorted(frame.group_by("label", "split").len().iter_rows())
@@ -275,7 +295,7 @@ def test_group_split_needs_enough_groups():
     series = labels({"a": 30, "b": 30})
     groups = pl.Series("vendor", ["one"] * 30 + ["two"] * 30)
     with pytest.raises(ValueError, match=r"'vendor' has too few groups.*'validation'"):
-        assign_group_splits(series, groups, {})
+        assign_group_splits(series, groups, SplitSettings.of())
 
 
 def write_ledger(tmp_path, frame: pl.DataFrame) -> tuple:
@@ -289,8 +309,8 @@ def test_time_split_report(tmp_path):
         pl.when(pl.int_range(pl.len()) < 2).then(None).otherwise(pl.col("date")).alias("date")
     )
     source, spec = write_ledger(tmp_path, frame)
-    options = {"strategy": "time", "date_column": "date", "seed": 3}
-    report = split(source, spec, options, tmp_path / "split")
+    options = SplitSettings.of(strategy="time", date_column="date", seed=3)
+    report = split(source, spec, options, tmp_path / "split", 0)
 
     assert json.loads((tmp_path / "split" / "split_report.json").read_text()) == report
     assert report["strategy"] == "time"
@@ -319,10 +339,18 @@ def test_classes_not_in_train_on_a_hand_made_ledger(tmp_path):
         }
     )
     source, spec = write_ledger(tmp_path, frame)
-    report = split(source, spec, {"strategy": "time", "date_column": "date"}, tmp_path / "split")
+    report = split(
+        source,
+        spec,
+        SplitSettings.of({"strategy": "time", "date_column": "date"}),
+        tmp_path / "split",
+        0,
+    )
     assert [report["splits"][name]["rows"] for name in SPLITS] == [8, 1, 3]
     assert report["classes_not_in_train"] == {"validation": ["9999"], "test": ["0100", "1800"]}
-    stratified = split(source, spec, {"min_class_size": 3}, tmp_path / "stratified")
+    stratified = split(
+        source, spec, SplitSettings.of({"min_class_size": 3}), tmp_path / "stratified", 0
+    )
     assert stratified["strategy"] == "stratified"
     # Classes too small to stratify go to train: none is held out without training rows.
     assert stratified["classes_not_in_train"] == {"validation": [], "test": []}
@@ -337,8 +365,8 @@ def test_group_split_report(tmp_path):
         .alias("vendor")
     )
     source, spec = write_ledger(tmp_path, frame)
-    options = {"strategy": "group", "group_column": "vendor", "seed": 3}
-    report = split(source, spec, options, tmp_path / "split")
+    options = SplitSettings.of(strategy="group", group_column="vendor", seed=3)
+    report = split(source, spec, options, tmp_path / "split", 0)
 
     assert report["strategy"] == "group"
     assert report["group_column"] == "vendor"
@@ -353,14 +381,13 @@ def test_group_split_report(tmp_path):
     assert sum(report["splits"][name]["ungrouped_rows"] for name in SPLITS) == (
         frame.get_column("vendor").null_count()
     )
-    again = split(source, spec, options, tmp_path / "again")
+    again = split(source, spec, options, tmp_path / "again", 0)
     assert again["splits"] == report["splits"]
 
 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"strategy": "by-month"}, "split.strategy must be one of"),
         ({"strategy": "time"}, "needs split.date_column to name one of the data's date columns"),
         ({"strategy": "time", "date_column": "vendor"}, r"data.columns.date: \['date'\]"),
         ({"strategy": "group"}, "needs split.group_column to name a column of the records"),
@@ -371,7 +398,7 @@ def test_group_split_report(tmp_path):
 def test_configuration_errors(tmp_path, options, message):
     source, spec = write_ledger(tmp_path, ledger_rows(20))
     with pytest.raises(ValueError, match=message):
-        split(source, spec, options, tmp_path / "split")
+        split(source, spec, SplitSettings.of(options), tmp_path / "split", 0)
     assert not (tmp_path / "split").exists()
 
 
@@ -398,7 +425,7 @@ def test_held_out_classes_go_wholly_to_test_and_are_drawn_by_seed(tmp_path, stra
     options = {"seed": 3, "strategy": strategy}
     if strategy == "group":
         options["group_column"] = "entry_id"
-    report = split(source, spec, options, tmp_path / "a", holdout=3)
+    report = split(source, spec, SplitSettings.of(options), tmp_path / "a", holdout=3)
     held = report["holdout_classes"]
     assert len(held) == 3 and held == sorted(held)
     # Only classes with at least 3 rows: a held-out class needs test rows to measure.
@@ -411,10 +438,12 @@ def test_held_out_classes_go_wholly_to_test_and_are_drawn_by_seed(tmp_path, stra
     for name in ("train", "validation"):
         assert not frames[name].get_column("account").is_in(held).any()
 
-    assert split(source, spec, options, tmp_path / "b", holdout=3)["holdout_classes"] == held
+    assert (
+        split(source, spec, SplitSettings.of(options), tmp_path / "b", 3)["holdout_classes"] == held
+    )
     others = {
         tuple(
-            split(source, spec, options | {"seed": seed}, tmp_path / f"s{seed}", holdout=3)[
+            split(source, spec, SplitSettings.of(options, seed=seed), tmp_path / f"s{seed}", 3)[
                 "holdout_classes"
             ]
         )
@@ -425,11 +454,16 @@ def test_held_out_classes_go_wholly_to_test_and_are_drawn_by_seed(tmp_path, stra
 
 def test_held_out_classes_by_code_and_their_errors(tmp_path):
     source, spec, _ = holdout_ledger(tmp_path)
-    report = split(source, spec, {"seed": 3}, tmp_path / "a", holdout=["4008", "4001"])
+    report = split(
+        source, spec, SplitSettings.of({"seed": 3}), tmp_path / "a", holdout=["4008", "4001"]
+    )
     assert report["holdout_classes"] == ["4001", "4008"]
     assert report["per_class"]["4008"] == {"train": 0, "validation": 0, "test": 1}
     with pytest.raises(DataError, match=r"names \['9999'\], which have no rows in .*features"):
-        split(source, spec, {"seed": 3}, tmp_path / "b", holdout=["4001", "9999"])
+        split(source, spec, SplitSettings.of({"seed": 3}), tmp_path / "b", holdout=["4001", "9999"])
     with pytest.raises(DataError, match=r"is 9, but only 8 classes .* have at least 3 rows"):
-        split(source, spec, {"seed": 3}, tmp_path / "c", holdout=9)
-    assert split(source, spec, {"seed": 3}, tmp_path / "d")["holdout_classes"] == []
+        split(source, spec, SplitSettings.of({"seed": 3}), tmp_path / "c", holdout=9)
+    assert (
+        split(source, spec, SplitSettings.of({"seed": 3}), tmp_path / "d", 0)["holdout_classes"]
+        == []
+    )

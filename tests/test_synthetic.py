@@ -11,9 +11,9 @@ import synthetic_ledger as synthetic
 import yaml
 from synthetic_ledger import COLUMNS, DIRTY_KINDS, class_codes, class_counts, generate_ledger
 
-from account_tax.clean import REASON, clean
+from account_tax.clean import REASON, CleanSettings, clean
 from account_tax.ingest import ingest
-from account_tax.settings import DataSpec
+from account_tax.settings import SCHEMA_PATH, DataSpec
 
 REPO = Path(__file__).resolve().parents[1]
 SYNTHETIC_CONFIG = REPO / "config" / "synthetic_ledger.yaml"
@@ -168,7 +168,11 @@ def test_clean_stage_catches_every_dirty_row_by_kind(tmp_path, small_chunks, suf
     spec = synthetic_spec(Path(summary.output), Path(summary.classes_output))
     assert ingest(spec, tmp_path / "records.parquet") == rows
     counts = clean(
-        tmp_path / "records.parquet", spec, tmp_path / "clean.parquet", tmp_path / "rejects.parquet"
+        tmp_path / "records.parquet",
+        spec,
+        tmp_path / "clean.parquet",
+        tmp_path / "rejects.parquet",
+        CleanSettings.of(),
     )
     reasons = pl.read_parquet(tmp_path / "rejects.parquet").get_column(REASON)
     for kind, reason in REJECT_REASONS.items():
@@ -189,7 +193,7 @@ def test_arguments_out_of_range_are_refused(tmp_path):
 
 
 def test_example_config_is_valid_and_names_the_generated_columns():
-    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    schema = yaml.safe_load((SCHEMA_PATH).read_text())
     config = yaml.safe_load(SYNTHETIC_CONFIG.read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator(schema).validate(config)
     spec = DataSpec.from_config(config | {"data": config["data"] | {"classes": None}})

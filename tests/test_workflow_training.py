@@ -20,7 +20,6 @@ from browser import open_page
 from mlflow import MlflowClient
 from s3_helpers import BUCKET
 from sample_ledger import ledger_config, ledger_row, small_ledger
-from snakemake.utils import validate
 from tiny_models import build_tiny_bert
 from workflow_runner import REPO, SECRETS, VENV_BIN, jobs_run, snakemake
 
@@ -35,7 +34,7 @@ from account_tax.predict import (
     Provenance,
     predict_records,
 )
-from account_tax.settings import DataSpec
+from account_tax.settings import DataSpec, complete
 
 pytestmark = pytest.mark.workflow
 pytest_plugins = ["s3_fixtures"]
@@ -240,8 +239,7 @@ def test_prediction_in_chunks_of_rows_matches_the_rule(trained, monkeypatch, tmp
     provenance = Provenance(*(rule_output[0, column] for column in PROVENANCE_COLUMNS))
     monkeypatch.setattr(account_tax.predict, "CHUNK_ROWS", 1)
     paths = PredictPaths(*(tmp_path / f"{name}.parquet" for name in ("out", "rejects", "review")))
-    settings = json.loads(json.dumps(config))
-    validate(settings, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))  # the defaults
+    settings = complete(config)
     counts = predict_records(
         Path(config["predict"]["inputs"]["new"]),
         DataSpec.from_config(settings),
@@ -249,6 +247,7 @@ def test_prediction_in_chunks_of_rows_matches_the_rule(trained, monkeypatch, tmp
         Candidate(model, baseline, shipped),
         paths,
         provenance,
+        k=settings["predict"]["top_k"],
     )
     assert counts["predicted"] == rule_output.height == 3
     chunked = pl.read_parquet(paths.predictions)

@@ -8,15 +8,14 @@ SGD. It gives probabilities (for top-k), and its cost grows linearly with rows a
 the 2,300-row, 235-class default data it fits in about 30 s on one thread of a busy 2-core
 machine (16 s on two), 20,000 rows in about 95 s on two. Multinomial `LogisticRegression` took
 as long with lbfgs and scored lower; with saga it took several times longer.
-The `baseline` section of `workflow/schemas/config.schema.yaml` documents the settings; a test
-keeps its defaults equal to the ones here, which apply when the script runs without Snakemake.
+The `baseline` section of `config.schema.yaml` documents the settings and holds their defaults.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,49 +31,27 @@ from account_tax.io import write_json, write_parquet
 from account_tax.metrics import TOP_K_ACCURACY, classification_metrics
 from account_tax.predictions import predictions_frame, read_labels, read_split
 from account_tax.serialize import LABEL_ID, TEXT
-from account_tax.settings import known_keys
+from account_tax.settings import SectionView
 
 log = logging.getLogger(__name__)
 
-CLASS_WEIGHTS = (None, "balanced")
 HEADLINE_METRICS = ("accuracy", "macro_f1", "weighted_f1", TOP_K_ACCURACY)
 
 
 @dataclass(frozen=True)
-class BaselineSettings:
-    word_ngram_range: tuple[int, int] = (1, 2)
-    char_ngram_range: tuple[int, int] = (2, 5)
-    min_df: int = 1
+class BaselineSettings(SectionView):
+    SECTION = "baseline"
+    word_ngram_range: tuple[int, int]
+    char_ngram_range: tuple[int, int]
+    min_df: int
     # Per vectorizer. Bounds the classes-by-features coefficient matrix (model size and memory)
     # on large data; small data has fewer features anyway.
-    max_features: int | None = 50_000
-    alpha: float = 1e-5
-    max_iter: int = 50
-    class_weight: str | None = "balanced"
-    top_k: int = 3
-    seed: int = 13
-
-    def __post_init__(self) -> None:
-        if self.class_weight not in CLASS_WEIGHTS:
-            raise ValueError(
-                f"baseline.class_weight must be one of {CLASS_WEIGHTS}, not {self.class_weight!r}"
-            )
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> BaselineSettings:
-        """Settings from the config's `baseline` mapping; an unknown key is an error."""
-        values = known_keys(cls, values, "baseline")
-        # JSON and YAML give lists; sklearn wants the n-gram ranges as tuples.
-        for name in ("word_ngram_range", "char_ngram_range"):
-            if name in values:
-                values[name] = tuple(values[name])
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        values = asdict(self)
-        values["word_ngram_range"] = list(self.word_ngram_range)
-        values["char_ngram_range"] = list(self.char_ngram_range)
-        return values
+    max_features: int | None
+    alpha: float
+    max_iter: int
+    class_weight: str | None
+    top_k: int
+    seed: int
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import polars as pl
 from account_tax.errors import DataError
 from account_tax.ingest import RECORD_PROBLEM, SOURCE_FILE_KEY
 from account_tax.io import parquet_rows, require_columns, write_parquet, write_parquets
-from account_tax.settings import LABEL_TRIM, SOURCE_ROW, DataSpec
+from account_tax.settings import LABEL_TRIM, SOURCE_ROW, DataSpec, SectionView
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,13 @@ UNUSABLE = "__unusable"
 # A text column with at most this many distinct values (estimated) is normalised once per value
 # and mapped, instead of once per row.
 FEW_DISTINCT = 100_000
+
+
+@dataclass(frozen=True)
+class CleanSettings(SectionView):
+    SECTION = "clean"
+    case: str
+    drop_duplicates: bool
 
 
 @dataclass(frozen=True)
@@ -227,9 +234,8 @@ def clean(
     spec: DataSpec,
     output: Path,
     rejects: Path,
+    options: CleanSettings,
     *,
-    case: str = "lower",
-    drop_duplicates: bool = True,
     require_label: bool = True,
 ) -> CleanCounts:
     """Clean `source` (ingest's output) into `output` and `rejects`; return checked counts.
@@ -248,7 +254,7 @@ def clean(
 
     normalised = [c for c in text_columns(schema, spec) if c != spec.label]
     distinct = few_distinct_values(frame, normalised)
-    values, problems = typed_columns(schema, spec, case, require_label, distinct)
+    values, problems = typed_columns(schema, spec, options.case, require_label, distinct)
     unusable = pl.any_horizontal(c for c, _ in problems) if problems else pl.lit(False)
     # The reason texts are built for the rejected rows only: most rows need just the flags.
     reason = pl.concat_str(
@@ -272,7 +278,7 @@ def clean(
     )
 
     duplicates = 0
-    if not drop_duplicates:
+    if not options.drop_duplicates:
         write_parquets({output: good, rejects: bad})
     else:
         # The clean rows are written with their hashes first and the duplicates found from

@@ -29,6 +29,7 @@ from account_tax.calibration import (
 )
 from account_tax.metrics import TOP_K, TOP_K_ACCURACY, classification_metrics, top_k
 from account_tax.review import auto_threshold, coverage, precision_coverage_curve
+from account_tax.settings import SectionView
 from account_tax.unseen_classes import COMPARATOR
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,8 @@ DECIDING_METRIC = "macro_f1"
 
 
 @dataclass(frozen=True)
-class ReviewSettings:
+class ReviewSettings(SectionView):
+    SECTION = "review"
     target_precision: float
     min_rows: int
 

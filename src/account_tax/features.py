@@ -9,6 +9,7 @@ them (so classes without samples get ids too), else the sorted labels seen in th
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import polars as pl
 from account_tax.errors import DataError
 from account_tax.ingest import camel_to_words
 from account_tax.io import write_json, write_parquet
-from account_tax.settings import DataSpec
+from account_tax.settings import DataSpec, SectionView
 
 log = logging.getLogger(__name__)
 
@@ -59,17 +60,26 @@ def signed_magnitude(column: pl.Expr) -> pl.Expr:
     )
 
 
-def derived_columns(spec: DataSpec, options: dict[str, Any]) -> list[pl.Expr]:
+@dataclass(frozen=True)
+class FeatureSettings(SectionView):
+    SECTION = "features"
+    date_parts: tuple[str, ...]
+    numeric_log: bool
+    numeric_magnitude: bool
+    mask_digits: tuple[str, ...]
+
+
+def derived_columns(spec: DataSpec, options: FeatureSettings) -> list[pl.Expr]:
     derived: list[pl.Expr] = []
     for column in spec.date:
-        for part in options.get("date_parts", ["year", "month", "weekday"]):
+        for part in options.date_parts:
             derived.append(DATE_PARTS[part](pl.col(column)).alias(f"{column}_{part}"))
     for column in spec.numeric:
-        if options.get("numeric_log", True):
+        if options.numeric_log:
             derived.append(signed_log10(pl.col(column)).alias(f"{column}_log"))
-        if options.get("numeric_magnitude", True):
+        if options.numeric_magnitude:
             derived.append(signed_magnitude(pl.col(column)).alias(f"{column}_magnitude"))
-    for column in options.get("mask_digits", []):
+    for column in options.mask_digits:
         if column not in spec.text:
             raise DataError(f"features.mask_digits names '{column}', which is not a text column")
         derived.append(pl.col(column).str.replace_all(r"\d+", "#"))
@@ -104,7 +114,7 @@ def label_map(counts: dict[str, int], spec: DataSpec) -> dict[str, Any]:
 
 
 def build_features(
-    source: Path, spec: DataSpec, options: dict[str, Any], output: Path, label_map_path: Path
+    source: Path, spec: DataSpec, options: FeatureSettings, output: Path, label_map_path: Path
 ) -> dict[str, Any]:
     """Add derived fields to the clean records and write the label map; return the label map."""
     frame = pl.scan_parquet(source)

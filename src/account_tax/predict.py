@@ -22,9 +22,9 @@ import polars as pl
 
 from account_tax.baseline import baseline_logits
 from account_tax.calibration import softmax
-from account_tax.clean import clean
+from account_tax.clean import CleanSettings, clean
 from account_tax.evaluation import BASELINE, MODEL, ensemble_logits
-from account_tax.features import derived_columns
+from account_tax.features import FeatureSettings, derived_columns
 from account_tax.inference import load_classifier, model_temperature, predict_probabilities
 from account_tax.ingest import ingest
 from account_tax.io import parquet_rows, sha256_file, write_parquet
@@ -39,8 +39,8 @@ from account_tax.predictions import (
     top_k_columns,
 )
 from account_tax.review import REVIEW, decisions
-from account_tax.serialize import ID, TEXT, text_expression
-from account_tax.settings import SOURCE_ROW, DataSpec
+from account_tax.serialize import ID, TEXT, SerializeSettings, text_expression
+from account_tax.settings import SOURCE_ROW, DataSpec, SectionView
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,14 @@ CHUNK_ROWS = 8192
 
 
 @dataclass(frozen=True)
+class PredictSettings(SectionView):
+    SECTION = "predict"
+    # Name -> file of new records, each predicted to results/predict/<name>.parquet.
+    inputs: dict[str, str]
+    top_k: int
+
+
+@dataclass(frozen=True)
 class PredictPaths:
     predictions: Path
     rejects: Path
@@ -75,24 +83,17 @@ def serialized_records(
     spec = dataclasses.replace(spec, classes=None)
     records, cleaned = work_dir / "records.parquet", work_dir / "clean.parquet"
     ingest(spec, records, source, require_label=False)
-    options = config.get("clean", {})
-    clean(
-        records,
-        spec,
-        cleaned,
-        rejects,
-        case=options.get("case", "lower"),
-        drop_duplicates=False,
-        require_label=False,
-    )
+    # A record is predicted even when it repeats another.
+    options = dataclasses.replace(CleanSettings.of(config["clean"]), drop_duplicates=False)
+    clean(records, spec, cleaned, rejects, options, require_label=False)
     featured = pl.scan_parquet(cleaned).with_columns(
-        derived_columns(spec, config.get("features", {}))
+        derived_columns(spec, FeatureSettings.of(config["features"]))
     )
     schema = featured.collect_schema()
     return featured.select(
         SOURCE_ROW,
         pl.col(spec.id or SOURCE_ROW).cast(pl.String).alias(ID),
-        text_expression(schema, config["serialize"]).alias(TEXT),
+        text_expression(schema, SerializeSettings.of(config["serialize"])).alias(TEXT),
         pl.col(spec.label),
     ).collect()
 
@@ -176,7 +177,7 @@ def predict_records(
     paths: PredictPaths,
     provenance: Provenance,
     *,
-    k: int = 3,
+    k: int,
 ) -> dict[str, int]:
     """Write the calibrated top-k classes of every usable row of `source` from the candidate
     evaluate chose, its decision (`auto` at or above that candidate's auto-post threshold, else

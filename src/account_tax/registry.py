@@ -20,6 +20,7 @@ import importlib.metadata
 import json
 import tempfile
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from account_tax.model import LABEL_MAP, read_training_info
 from account_tax.predict import Candidate, PredictPaths, Provenance, predict_records
 from account_tax.predictions import CONFIDENCE, LABEL, PREDICTED_LABEL, TOP_K_LABELS
 from account_tax.serialize import ID
-from account_tax.settings import SOURCE_ROW, DataSpec
+from account_tax.settings import SOURCE_ROW, DataSpec, SectionView
 
 ARTIFACT_PATH = "prediction_model"
 """Where the model lies in the workflow run's artifacts."""
@@ -46,6 +47,15 @@ INPUT_EXAMPLE_ROWS = 3
 COMPARED = {BETTER: "better than", TIE: "no significant difference from", WORSE: "worse than"}
 # The config sections that turn a raw record into the model's text.
 RECORD_SECTIONS = ("data", "clean", "features", "serialize")
+
+
+@dataclass(frozen=True)
+class RegisterSettings(SectionView):
+    SECTION = "register"
+    enabled: bool
+    name: str
+    candidate_alias: str
+    champion_alias: str
 
 
 class PredictionModel(mlflow.pyfunc.PythonModel):

@@ -26,13 +26,12 @@ import logging
 import math
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from account_tax.errors import DataError
 from account_tax.io import sha256_file, write_json
 from account_tax.manifest import (
     STEP_PREFIX,
@@ -42,7 +41,7 @@ from account_tax.manifest import (
     checkpoint_lock,
     read_manifest,
 )
-from account_tax.settings import known_keys
+from account_tax.settings import SectionView
 
 log = logging.getLogger(__name__)
 
@@ -50,20 +49,13 @@ DELETING_PREFIX = ".deleting-"
 
 
 @dataclass(frozen=True)
-class RetainSettings:
-    """The config's `retain` section; defaults equal its schema in config.schema.yaml."""
+class RetainSettings(SectionView):
+    """The config's `retain` section."""
 
-    keep_last: int = 2
-    metric: str = "validation_loss"
-    mode: str = "min"
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> RetainSettings:
-        section = known_keys(cls, config.get("retain") or {}, "retain")
-        settings = cls(**section)
-        if settings.keep_last < 1 or settings.mode not in ("min", "max"):
-            raise DataError(f"retain settings: need keep_last >= 1 and mode min or max: {section}")
-        return settings
+    SECTION = "retain"
+    keep_last: int
+    metric: str
+    mode: str
 
 
 @dataclass

@@ -72,7 +72,7 @@ from account_tax.manifest import (
     read_manifest,
     unlisted_or_missing,
 )
-from account_tax.settings import known_keys
+from account_tax.settings import SectionView
 
 log = logging.getLogger(__name__)
 
@@ -89,25 +89,19 @@ class CheckpointError(DataError):
 
 
 @dataclass(frozen=True)
-class UploadSettings:
-    """The config's `upload` section; defaults equal its schema in config.schema.yaml."""
+class UploadSettings(SectionView):
+    """The config's `upload` section."""
 
-    bucket: str = "account-tax"
-    prefix: str = "account-tax"
-    multipart_threshold_mb: int = 64
-    multipart_chunksize_mb: int = 16
-    max_concurrency: int = 4
-    max_attempts: int = 5
-    retry_mode: str = "standard"
+    SECTION = "upload"
+    bucket: str
+    prefix: str
+    multipart_threshold_mb: int
+    multipart_chunksize_mb: int
+    max_concurrency: int
+    max_attempts: int
+    retry_mode: str
     # The workflow's switch for the upload rules; an upload that runs ignores it.
-    enabled: bool = True
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> UploadSettings:
-        section = known_keys(cls, config.get("upload") or {}, "upload")
-        if not section.get("bucket", cls.bucket):
-            raise DataError("upload settings: `upload.bucket` is empty")
-        return cls(**section)
+    enabled: bool
 
     def transfer_config(self) -> TransferConfig:
         return TransferConfig(

@@ -8,20 +8,30 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
 from account_tax.errors import DataError
 from account_tax.io import require_columns, write_parquet
-from account_tax.settings import SOURCE_ROW, DataSpec
+from account_tax.settings import SOURCE_ROW, DataSpec, SectionView
 
 log = logging.getLogger(__name__)
 
 ID = "id"
 TEXT = "text"
 LABEL_ID = "label_id"
+
+
+@dataclass(frozen=True)
+class SerializeSettings(SectionView):
+    SECTION = "serialize"
+    # Each a mapping: `column`, and the `name` the text gives it (the column's own if absent).
+    fields: tuple[dict[str, str], ...]
+    template: str
+    separator: str
+    float_decimals: int
 
 
 def value_text(column: str, dtype: pl.DataType, float_decimals: int) -> pl.Expr:
@@ -32,31 +42,30 @@ def value_text(column: str, dtype: pl.DataType, float_decimals: int) -> pl.Expr:
     return value.cast(pl.String)
 
 
-def text_expression(schema: pl.Schema, options: dict[str, Any]) -> pl.Expr:
-    template = options.get("template", "{name}: {value}")
+def text_expression(schema: pl.Schema, options: SerializeSettings) -> pl.Expr:
+    template = options.template
     if template.count("{value}") != 1:
         raise ValueError(f"serialize.template must contain {{value}} once: {template!r}")
-    decimals = options.get("float_decimals", 3)
     parts = []
-    for field in options["fields"]:
+    for field in options.fields:
         column = field["column"]
         before, after = template.replace("{name}", field.get("name", column)).split("{value}")
-        value = value_text(column, schema[column], decimals)
+        value = value_text(column, schema[column], options.float_decimals)
         parts.append(pl.concat_str(pl.lit(before), value, pl.lit(after)))
-    return pl.concat_str(parts, separator=options.get("separator", " | "), ignore_nulls=True)
+    return pl.concat_str(parts, separator=options.separator, ignore_nulls=True)
 
 
 def serialize(
     source: Path,
     spec: DataSpec,
-    options: dict[str, Any],
+    options: SerializeSettings,
     label_map_path: Path,
     output: Path,
 ) -> int:
     """Write `id`, `text`, `label_id` for every record of `source`; return the row count."""
     frame = pl.scan_parquet(source)
     schema = frame.collect_schema()
-    fields = [field["column"] for field in options["fields"]]
+    fields = [field["column"] for field in options.fields]
     try:
         require_columns(schema.names(), fields, source)
     except DataError as error:

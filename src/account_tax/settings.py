@@ -1,17 +1,24 @@
-"""Typed views of the validated workflow config, shared by every stage.
+"""The workflow config: its schema, the one place every default lives, and typed views of its
+sections, shared by every stage.
 
-The workflow validates the whole config against `workflow/schemas/config.schema.yaml` before any
-job runs and hands each script the sections it needs as JSON. A script run on its own may be given
-the config file instead; the same views read both.
+The workflow validates the whole config against `config.schema.yaml` (beside this file) before
+any job runs, filling in the schema's defaults, and hands each script the sections it needs as
+JSON. A script run on its own may be given the config file instead; `load_settings` checks and
+completes both the same way. Each section is read through a frozen dataclass whose fields are
+the section's keys (`SectionView`), built from the completed values: no default is written twice.
 """
 
 from __future__ import annotations
 
+import copy
 import json
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, is_dataclass, replace
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self, get_type_hints
 
+import jsonschema
 import polars as pl
 import yaml
 
@@ -20,19 +27,117 @@ from account_tax.errors import DataError
 SOURCE_ROW = "source_row"
 """Column added at ingest: the 1-based data row of the record in its source file."""
 
+SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+"""The config's JSON schema: every key, its type, its default and what it means."""
+
+
+@cache
+def config_schema() -> dict[str, Any]:
+    return yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def section_schema(section: str) -> dict[str, Any]:
+    """The schema of a dotted section (`train.lora`); "" is the whole config."""
+    node = config_schema()
+    for name in filter(None, section.split(".")):
+        node = node["properties"][name]
+    return node
+
+
+def _fill_defaults(validator, properties, instance, schema):
+    # jsonschema's documented way to fill defaults while validating; a copy, so that a filled
+    # mapping never shares the schema's own default object.
+    if isinstance(instance, dict):
+        for name, subschema in properties.items():
+            if "default" in subschema:
+                instance.setdefault(name, copy.deepcopy(subschema["default"]))
+    yield from jsonschema.Draft202012Validator.VALIDATORS["properties"](
+        validator, properties, instance, schema
+    )
+
+
+_FillingValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator, {"properties": _fill_defaults}
+)
+
+
+def complete(values: Mapping[str, Any], section: str = "") -> dict[str, Any]:
+    """A copy of `values` checked against the schema of `section` and completed with its
+    defaults. For the whole config (""), only the sections given are checked: a script is handed
+    the sections it reads. An unknown key or a wrong type is a DataError naming the key."""
+    schema = section_schema(section)
+    if not section:
+        schema = {key: value for key, value in schema.items() if key != "required"}
+    completed = copy.deepcopy(dict(values))
+    error = jsonschema.exceptions.best_match(_FillingValidator(schema).iter_errors(completed))
+    if error is not None:
+        where = ".".join([*filter(None, section.split(".")), *map(str, error.absolute_path)])
+        raise DataError(f"config `{where or 'top level'}`: {error.message}")
+    return completed
+
+
+def plain(value: Any) -> Any:
+    """A view (or any value holding views and tuples) as JSON-ready dicts and lists."""
+    if is_dataclass(value) and not isinstance(value, type):
+        value = asdict(value)
+    if isinstance(value, Mapping):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    return value
+
+
+class SectionView:
+    """Base of a frozen dataclass whose fields are the keys of the config section `SECTION`
+    (dotted). `of` is the one way to build one: values are checked and completed by the schema,
+    lists become tuples and nested sections their own views."""
+
+    SECTION: ClassVar[str]
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any] | None = None, /, **overrides: Any) -> Self:
+        completed = complete(plain({**(values or {}), **overrides}), cls.SECTION)
+        hints = get_type_hints(cls)
+        built = {}
+        for field in fields(cls):
+            value, hint = completed[field.name], hints[field.name]
+            if isinstance(hint, type) and issubclass(hint, SectionView):
+                value = hint.of(value)
+            elif isinstance(value, list):
+                value = tuple(value)
+            built[field.name] = value
+        return cls(**built)
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain(self)
+
+
+@dataclass(frozen=True)
+class EvaluateSettings(SectionView):
+    """The `evaluate` section; split reads `holdout_classes` too, so it lives here."""
+
+    SECTION = "evaluate"
+    bootstrap_resamples: int
+    seed: int
+    amount_column: str | None
+    # A number of classes drawn at random, or the codes themselves.
+    holdout_classes: int | tuple[str, ...]
+
 
 def load_settings(value: str) -> dict[str, Any]:
-    """Parse `--settings`: a JSON object, or the path of a YAML/JSON config file."""
+    """Parse `--settings` (a JSON object, or the path of a YAML/JSON config file), checked and
+    completed with the schema's defaults."""
     text = value.strip()
     if text.startswith("{"):
-        return json.loads(text)
+        return complete(json.loads(text))
     with Path(value).open(encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+        return complete(yaml.safe_load(handle))
 
 
 @dataclass(frozen=True)
 class DataSpec:
-    """Where the raw table is and which role each column plays."""
+    """Where the raw table is and which role each column plays (the `data` section, with the
+    column roles at the top and the chart read from `data.classes`)."""
 
     path: str
     format: str
@@ -44,36 +149,33 @@ class DataSpec:
     date: tuple[str, ...]
     classes: tuple[str, ...] | None
     # The chart the classes come from (codes again, with names, descriptions and parents).
-    chart: Chart | None = None
+    chart: Chart | None
     # Names for classes the chart leaves unnamed, from CamelCase labels (see features.label_map).
-    class_names_from_labels: bool = False
-    csv_separator: str = ","
-    null_values: tuple[str, ...] = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None")
-    date_format: str = "%Y-%m-%d"
+    class_names_from_labels: bool
+    csv_separator: str
+    null_values: tuple[str, ...]
+    date_format: str
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> DataSpec:
-        data = config["data"]
+    def from_config(cls, config: Mapping[str, Any]) -> DataSpec:
+        data = complete(config["data"], "data")
         columns = data["columns"]
-        chart_columns = known_keys(
-            ChartColumns, data.get("chart_columns", {}), "data.chart_columns"
-        )
-        chart = read_chart(data.get("classes"), ChartColumns(**chart_columns))
+        chart = read_chart(data["classes"], ChartColumns.of(data["chart_columns"]))
         return cls(
             path=data["path"],
-            format=data.get("format", "auto"),
+            format=data["format"],
             label=columns["label"],
-            id=columns.get("id"),
-            text=tuple(columns.get("text", ())),
-            categorical=tuple(columns.get("categorical", ())),
-            numeric=tuple(columns.get("numeric", ())),
-            date=tuple(columns.get("date", ())),
+            id=columns["id"],
+            text=tuple(columns["text"]),
+            categorical=tuple(columns["categorical"]),
+            numeric=tuple(columns["numeric"]),
+            date=tuple(columns["date"]),
             classes=chart.codes if chart else None,
             chart=chart,
-            class_names_from_labels=data.get("class_names_from_labels", False),
-            csv_separator=data.get("csv_separator", ","),
-            null_values=tuple(data.get("null_values", cls.null_values)),
-            date_format=data.get("date_format", "%Y-%m-%d"),
+            class_names_from_labels=data["class_names_from_labels"],
+            csv_separator=data["csv_separator"],
+            null_values=tuple(data["null_values"]),
+            date_format=data["date_format"],
         )
 
     @property
@@ -102,13 +204,14 @@ codes, one per line."""
 
 
 @dataclass(frozen=True)
-class ChartColumns:
+class ChartColumns(SectionView):
     """The columns of a chart of accounts table (`data.chart_columns`); None: not in the file."""
 
-    code: str = "code"
-    name: str | None = None
-    description: str | None = None
-    parent: str | None = None
+    SECTION = "data.chart_columns"
+    code: str
+    name: str | None
+    description: str | None
+    parent: str | None
 
 
 @dataclass(frozen=True)
@@ -239,13 +342,3 @@ def _cycle(parent_of: dict[str, str | None]) -> list[str]:
             return walk[walk.index(code) :]
         finished.update(walk)
     return []
-
-
-def known_keys(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
-    """A copy of a config section for dataclass `cls`; a key it does not know is an error (a
-    script run on a config file has no schema check, and a typo must not become a default)."""
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ValueError(f"unknown key(s) in {where}: {unknown}; known: {sorted(names)}")
-    return dict(values)

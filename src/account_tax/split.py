@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +31,28 @@ import polars as pl
 
 from account_tax.errors import DataError
 from account_tax.io import write_json, write_parquets
-from account_tax.settings import DataSpec
+from account_tax.settings import DataSpec, SectionView
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "validation", "test")
 SPLIT = "split"
 SPLIT_DTYPE = pl.Enum(SPLITS)
-STRATEGIES = ("stratified", "time", "group")
 # The split of a code (an index into SPLITS), gathered into a column.
 SPLIT_OF_CODE = pl.Series(SPLIT, SPLITS, dtype=SPLIT_DTYPE)
 TRAIN, VALIDATION, TEST = range(len(SPLITS))
+
+
+@dataclass(frozen=True)
+class SplitSettings(SectionView):
+    SECTION = "split"
+    strategy: str
+    date_column: str | None
+    group_column: str | None
+    seed: int
+    validation_fraction: float
+    test_fraction: float
+    min_class_size: int
 
 
 def share(size: pl.Expr, fraction: float) -> pl.Expr:
@@ -50,16 +62,16 @@ def share(size: pl.Expr, fraction: float) -> pl.Expr:
     return (size * fraction).round().cast(pl.Int64).clip(lower_bound=1)
 
 
-def fractions(options: dict[str, Any]) -> np.ndarray:
+def fractions(options: SplitSettings) -> np.ndarray:
     """The target share of each split, in SPLITS order."""
-    validation = options.get("validation_fraction", 0.1)
-    test = options.get("test_fraction", 0.1)
+    validation = options.validation_fraction
+    test = options.test_fraction
     return np.array([1 - validation - test, validation, test])
 
 
-def check_min_class_size(options: dict[str, Any]) -> None:
+def check_min_class_size(options: SplitSettings) -> None:
     held_out = sum(1 for f in fractions(options)[1:] if f > 0)
-    if options.get("min_class_size", 3) <= held_out:
+    if options.min_class_size <= held_out:
         raise ValueError(
             f"split.min_class_size must exceed the number of held-out splits ({held_out}) "
             f"so that every stratified class keeps a training row"
@@ -71,12 +83,12 @@ HOLDOUT_MIN_ROWS = 3
 
 
 def holdout_classes(
-    labels: pl.Series, holdout: int | list[str], seed: int, source: Path
+    labels: pl.Series, holdout: int | tuple[str, ...], seed: int, source: Path
 ) -> list[str]:
     """The classes to keep out of train and validation: the codes given, or `holdout` classes
     with at least HOLDOUT_MIN_ROWS rows drawn with `seed`, sorted."""
     counts = dict(labels.value_counts().iter_rows())
-    if isinstance(holdout, list):
+    if not isinstance(holdout, int):
         missing = sorted(set(holdout) - set(counts))
         if missing:
             raise DataError(
@@ -93,12 +105,12 @@ def holdout_classes(
     return sorted(eligible[index] for index in chosen)
 
 
-def assign_splits(labels: pl.Series, options: dict[str, Any]) -> pl.Series:
+def assign_splits(labels: pl.Series, options: SplitSettings) -> pl.Series:
     """The split of each row (a `SPLIT_DTYPE`), in row order, from the labels alone."""
-    seed = options.get("seed", 13)
-    min_class_size = options.get("min_class_size", 3)
-    validation_fraction = options.get("validation_fraction", 0.1)
-    test_fraction = options.get("test_fraction", 0.1)
+    seed = options.seed
+    min_class_size = options.min_class_size
+    validation_fraction = options.validation_fraction
+    test_fraction = options.test_fraction
     check_min_class_size(options)
     key = np.random.default_rng(seed).random(len(labels))
     # Each window and share is computed once, as a column, not once per use in the conditions.
@@ -130,7 +142,7 @@ def assign_splits(labels: pl.Series, options: dict[str, Any]) -> pl.Series:
     return assignment.get_column(SPLIT)
 
 
-def assign_time_splits(dates: pl.Series, options: dict[str, Any]) -> pl.Series:
+def assign_time_splits(dates: pl.Series, options: SplitSettings) -> pl.Series:
     """The split of each row by its date: test the latest dates, validation the ones before.
 
     Each boundary lies between two dates, at the one whose held-out row count is nearest its
@@ -178,7 +190,7 @@ def assign_time_splits(dates: pl.Series, options: dict[str, Any]) -> pl.Series:
     return dates.to_frame().select(assignment.alias(SPLIT)).get_column(SPLIT)
 
 
-def assign_group_splits(labels: pl.Series, groups: pl.Series, options: dict[str, Any]) -> pl.Series:
+def assign_group_splits(labels: pl.Series, groups: pl.Series, options: SplitSettings) -> pl.Series:
     """The split of each row such that no group value is in two splits.
 
     Groups of two or more rows are placed one at a time in an order drawn with the seed, larger
@@ -194,8 +206,8 @@ def assign_group_splits(labels: pl.Series, groups: pl.Series, options: dict[str,
     row, and its seed only reorders groups with the same class spread, so on a ledger's vendors
     every seed gave the same split.
     """
-    seed = options.get("seed", 13)
-    min_class_size = options.get("min_class_size", 3)
+    seed = options.seed
+    min_class_size = options.min_class_size
     check_min_class_size(options)
     shares = fractions(options)
     rng = np.random.default_rng(seed)
@@ -291,13 +303,11 @@ def assign_group_splits(labels: pl.Series, groups: pl.Series, options: dict[str,
     return SPLIT_OF_CODE.gather(codes)
 
 
-def strategy_column(spec: DataSpec, columns: list[str], options: dict[str, Any]) -> str | None:
+def strategy_column(spec: DataSpec, columns: list[str], options: SplitSettings) -> str | None:
     """The column the configured strategy splits by (None for `stratified`), checked."""
-    strategy = options.get("strategy", "stratified")
-    if strategy not in STRATEGIES:
-        raise ValueError(f"split.strategy must be one of {list(STRATEGIES)}, not {strategy!r}")
+    strategy = options.strategy
     if strategy == "time":
-        column = options.get("date_column")
+        column = options.date_column
         if column not in spec.date:
             raise ValueError(
                 f"split.strategy 'time' needs split.date_column to name one of the data's date "
@@ -305,7 +315,7 @@ def strategy_column(spec: DataSpec, columns: list[str], options: dict[str, Any])
             )
         return column
     if strategy == "group":
-        column = options.get("group_column")
+        column = options.group_column
         if column is None or column not in columns:
             raise ValueError(
                 f"split.strategy 'group' needs split.group_column to name a column of the "
@@ -336,13 +346,13 @@ def rows_sha256(path: Path) -> str:
 def split(
     source: Path,
     spec: DataSpec,
-    options: dict[str, Any],
+    options: SplitSettings,
     out_dir: Path,
-    holdout: int | list[str] = 0,
+    holdout: int | tuple[str, ...],
 ) -> dict[str, Any]:
     """Write `<split>.parquet` for each split and `split_report.json`; return the report."""
     records = pl.scan_parquet(source)
-    strategy = options.get("strategy", "stratified")
+    strategy = options.strategy
     column = strategy_column(spec, records.collect_schema().names(), options)
     held = records.select(spec.label, *([column] if column else [])).collect(engine="streaming")
     labels = held.get_column(spec.label)
@@ -352,7 +362,7 @@ def split(
         splits = assign_group_splits(labels, held.get_column(column), options)
     else:
         splits = assign_splits(labels, options)
-    held_out = holdout_classes(labels, holdout, options.get("seed", 13), source)
+    held_out = holdout_classes(labels, holdout, options.seed, source)
     if held_out:
         splits = (
             pl.select(
@@ -370,7 +380,7 @@ def split(
     records = pl.concat([records, assignment.select(SPLIT).lazy()], how="horizontal")
     report: dict[str, Any] = {
         "strategy": strategy,
-        "seed": options.get("seed", 13),
+        "seed": options.seed,
         "rows": labels.len(),
         "holdout_classes": held_out,
         "splits": {},
@@ -418,7 +428,7 @@ def split(
         for row in per_class.iter_rows(named=True)
     }
     # By date no class goes to train for its size: the date decides.
-    min_class_size = options.get("min_class_size", 3)
+    min_class_size = options.min_class_size
     report["train_only_classes"] = sorted(
         label
         for label, n in labels.value_counts().iter_rows()

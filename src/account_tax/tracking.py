@@ -28,6 +28,7 @@ import subprocess
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -37,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psutil
 
 from account_tax.io import sha256_file, write_json
+from account_tax.settings import SectionView
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,16 @@ TRACKED_PACKAGES = (
 )
 MAX_PARAM_LENGTH = 6000  # MLflow's limit for one param value
 SECRET_WORDS = re.compile(r"secret|token|password|passwd|credential|access.?key", re.I)
+
+
+@dataclass(frozen=True)
+class TrackingSettings(SectionView):
+    SECTION = "tracking"
+    experiment: str
+    # None: the SQLite store under results/tracking/.
+    tracking_uri: str | None
+    # None: the start time and the config's hash.
+    run_name: str | None
 
 
 def without_userinfo(uri: str) -> str:
@@ -175,9 +187,9 @@ def start_run(
     command: str,
 ) -> dict[str, Any]:
     """Create the workflow run, log its tags and params, and write `run_file`; return its record."""
-    tracking = config.get("tracking", {})
-    uri = tracking_uri(run_file.parent, tracking.get("tracking_uri"))
-    experiment_name = tracking.get("experiment", "account-tax")
+    tracking = TrackingSettings.of(config["tracking"])
+    uri = tracking_uri(run_file.parent, tracking.tracking_uri)
+    experiment_name = tracking.experiment
     # The client creates a new store's tables; the lock also keeps a second run from creating
     # the same experiment.
     with store_lock(uri):
@@ -203,7 +215,7 @@ def start_run(
         tags[f"input_sha256.{path.name}"] = sha256_file(path)
         tags[f"input_path.{path.name}"] = str(path)
     started = datetime.now(UTC)
-    run_name = tracking.get("run_name") or f"{started:%Y%m%d-%H%M%S}-{digest[:8]}"
+    run_name = tracking.run_name or f"{started:%Y%m%d-%H%M%S}-{digest[:8]}"
     run = mlflow.create_run(experiment_id, run_name=run_name, tags=tags)
     run_id = run.info.run_id
     log_batch(mlflow, run_id, params=flatten(config))

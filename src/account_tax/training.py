@@ -100,23 +100,23 @@ def deepspeed_config(
     another number of processes."""
     path = Path(settings.deepspeed_config)
     text = path.read_text(encoding="utf-8")
-    config = json.loads(text)
-    clashes = [key for key in SETTINGS_OWNED_KEYS if key in config]
-    clashes += ["optimizer.params.lr"] * ("lr" in config["optimizer"]["params"])
-    clashes += ["fp16.enabled"] * ("enabled" in config.get("fp16", {}))
+    ds_config = json.loads(text)
+    clashes = [key for key in SETTINGS_OWNED_KEYS if key in ds_config]
+    clashes += ["optimizer.params.lr"] * ("lr" in ds_config["optimizer"]["params"])
+    clashes += ["fp16.enabled"] * ("enabled" in ds_config.get("fp16", {}))
     if clashes:
         raise ValueError(f"{path}: {clashes} come from the train settings; remove them")
     if '"auto"' in text:
         raise ValueError(f'{path}: DeepSpeed does not fill in "auto" (the HF Trainer does)')
     batch = settings.per_device_batch_size
     accumulation = accumulation or settings.gradient_accumulation_steps
-    config["train_micro_batch_size_per_gpu"] = batch
-    config["gradient_accumulation_steps"] = accumulation
-    config["train_batch_size"] = batch * accumulation * world_size
-    config["optimizer"]["params"]["lr"] = settings.learning_rate
-    config["bf16"] = {"enabled": precision == "bf16"}
-    config["fp16"] = {**config.get("fp16", {}), "enabled": precision == "fp16"}
-    return config
+    ds_config["train_micro_batch_size_per_gpu"] = batch
+    ds_config["gradient_accumulation_steps"] = accumulation
+    ds_config["train_batch_size"] = batch * accumulation * world_size
+    ds_config["optimizer"]["params"]["lr"] = settings.learning_rate
+    ds_config["bf16"] = {"enabled": precision == "bf16"}
+    ds_config["fp16"] = {**ds_config.get("fp16", {}), "enabled": precision == "fp16"}
+    return ds_config
 
 
 def parameter_groups(model: torch.nn.Module, settings: TrainSettings) -> list[dict[str, Any]]:

@@ -64,7 +64,7 @@ def test_batches_are_padded_to_their_longest_row(tiny_bert):
     texts = ["rent", "vendor: staples | memo: printer paper and toner | amount: 12", "taxi"]
     ids = tokenizer(texts)["input_ids"]
     split = TokenizedSplit(ids, np.array([0, 1, 2]))
-    loader = make_loader(split, [[0, 2], [1]], tokenizer, DataLoaderSettings())
+    loader = make_loader(split, [[0, 2], [1]], tokenizer, DataLoaderSettings.of())
     short, long = list(loader)
     assert short["input_ids"].shape == (2, max(len(ids[0]), len(ids[2])))
     assert long["input_ids"].shape == (1, len(ids[1]))
@@ -99,7 +99,9 @@ class StopsAfter(Dataset):
 
 @pytest.mark.parametrize("num_workers", [0, 1])
 def test_a_loader_that_stops_producing_ends_in_a_clear_error_in_time(num_workers):
-    settings = DataLoaderSettings(num_workers=num_workers, timeout_s=1.0, first_batch_timeout_s=3)
+    settings = DataLoaderSettings.of(
+        num_workers=num_workers, timeout_s=1.0, first_batch_timeout_s=3
+    )
     loader = DataLoader(StopsAfter(3), batch_size=1, num_workers=num_workers, timeout=0)
     started = time.monotonic()
     received = []
@@ -118,7 +120,7 @@ class StuckSplit(TokenizedSplit):
 
 def test_a_first_batch_that_never_comes_fails_within_its_own_limit(tiny_bert):
     """With a worker, the loader's own timeout is the same limit: either way, the same error."""
-    settings = DataLoaderSettings(num_workers=1, timeout_s=0.5, first_batch_timeout_s=1.5)
+    settings = DataLoaderSettings.of(num_workers=1, timeout_s=0.5, first_batch_timeout_s=1.5)
     split = StuckSplit([[1, 2]] * 4, np.zeros(4, dtype=np.int64))
     loader = make_loader(split, [[0, 1], [2, 3]], load_tokenizer(tiny_bert), settings)
     started = time.monotonic()
@@ -136,4 +138,4 @@ def test_an_error_in_the_loader_reaches_the_caller():
             raise ValueError(f"bad row {index}")
 
     with pytest.raises(ValueError, match="bad row 0"):
-        list(watched(DataLoader(Broken(), batch_size=2), DataLoaderSettings(), "training"))
+        list(watched(DataLoader(Broken(), batch_size=2), DataLoaderSettings.of(), "training"))

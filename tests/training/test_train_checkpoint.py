@@ -90,7 +90,7 @@ def resumed(world_size, global_batch, zero_stage=2):
 
 
 def test_a_resume_keeps_the_global_batch_or_says_why_it_cannot():
-    settings = TrainSettings(per_device_batch_size=8, gradient_accumulation_steps=1)
+    settings = TrainSettings.of(per_device_batch_size=8, gradient_accumulation_steps=1)
     assert kept_accumulation(settings, None, world_size=4) == 1  # a new run: as configured
     assert kept_accumulation(settings, resumed(2, 16), world_size=2) == 1
     assert kept_accumulation(settings, resumed(2, 16), world_size=1) == 2
@@ -111,7 +111,7 @@ def test_the_run_fingerprint_leaves_out_the_process_count_only(tmp_path):
     )
     for path in (paths.train, paths.validation, paths.label_map):
         path.write_text(path.name)
-    settings = TrainSettings(
+    settings = TrainSettings.of(
         deepspeed_config=str(REPO / "config" / "deepspeed" / "zero2.json"),
         per_device_batch_size=8,
     )

@@ -7,6 +7,7 @@ import polars as pl
 import pytest
 import torch
 
+from account_tax.errors import DataError
 from account_tax.inference import load_classifier, predict_logits
 from account_tax.train_settings import EarlyStoppingSettings
 from account_tax.training import best_epoch, stop_reason
@@ -17,7 +18,7 @@ def epochs(metric, values):
 
 
 def test_the_best_epoch_is_the_last_that_improved_by_more_than_min_delta():
-    f1 = EarlyStoppingSettings(metric="validation_macro_f1", patience=2)
+    f1 = EarlyStoppingSettings.of(metric="validation_macro_f1", patience=2)
     history = epochs("validation_macro_f1", [0.5, 0.7, 0.69, 0.7])
     # Steps between epoch ends have no validation score.
     history.insert(1, {"step": 15, "loss": 0.9})
@@ -26,21 +27,22 @@ def test_the_best_epoch_is_the_last_that_improved_by_more_than_min_delta():
         "validation_macro_f1 not better than 0.7000 (step 20) by more than 0.0 for 2 epoch(s)"
     )
     assert stop_reason(history[:-1], f1) is None
-    strict = EarlyStoppingSettings(metric="validation_macro_f1", patience=2, min_delta=0.25)
+    strict = EarlyStoppingSettings.of(metric="validation_macro_f1", patience=2, min_delta=0.25)
     assert best_epoch(history, strict)["step"] == 10
-    loss = EarlyStoppingSettings(metric="validation_loss", patience=1)
+    loss = EarlyStoppingSettings.of(metric="validation_loss", patience=1)
     history = epochs("validation_loss", [0.9, 0.5, 0.6])
     assert best_epoch(history, loss)["step"] == 20
     assert stop_reason(history, loss) is not None
     assert (
-        stop_reason(history, EarlyStoppingSettings(metric="validation_loss", patience=None)) is None
+        stop_reason(history, EarlyStoppingSettings.of(metric="validation_loss", patience=None))
+        is None
     )
     assert best_epoch([{"step": 1, "loss": 1.0}], loss) is None
 
 
 def test_an_unknown_metric_is_refused():
-    with pytest.raises(ValueError, match=r"train\.early_stopping\.metric must be one of"):
-        EarlyStoppingSettings(metric="f1")
+    with pytest.raises(DataError, match=r"`train\.early_stopping\.metric`: 'f1' is not one of"):
+        EarlyStoppingSettings.of(metric="f1")
 
 
 @pytest.mark.parametrize("epochs", [4, 2])

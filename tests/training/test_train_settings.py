@@ -1,12 +1,9 @@
 import json
 import os
-from dataclasses import fields, is_dataclass
 from pathlib import Path
 
-import jsonschema
 import pytest
 import torch
-import yaml
 
 from account_tax.distributed import set_launch_defaults
 from account_tax.precision import cpu_has_bf16, inference_dtype, resolve_precision
@@ -14,66 +11,11 @@ from account_tax.train_settings import TrainSettings
 from account_tax.training import deepspeed_config
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIG_SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
-
-
-def train_schema():
-    return yaml.safe_load(CONFIG_SCHEMA.read_text())["properties"]["train"]
-
-
-def schema_defaults(schema):
-    return {
-        name: schema_defaults(spec) if "properties" in spec else spec["default"]
-        for name, spec in schema["properties"].items()
-    }
-
-
-def test_schema_defaults_equal_the_code_defaults():
-    schema = train_schema()
-    assert schema_defaults(schema) == TrainSettings().to_dict()
-
-
-def test_schema_is_valid_and_describes_every_setting():
-    schema = train_schema()
-    jsonschema.Draft202012Validator.check_schema(schema)
-    jsonschema.validate(TrainSettings().to_dict(), schema)
-
-    def names(cls, prefix=""):
-        for f in fields(cls):
-            yield prefix + f.name
-            default = f.default_factory() if callable(f.default_factory) else None
-            if is_dataclass(default):
-                yield from names(type(default), f"{prefix}{f.name}.")
-
-    documented = set()
-
-    def walk(node, prefix=""):
-        for name, spec in node["properties"].items():
-            documented.add(prefix + name)
-            if "properties" in spec:
-                walk(spec, f"{prefix}{name}.")
-
-    walk(schema)
-    assert documented == set(names(TrainSettings))
-
-
-def test_settings_read_nested_sections_and_reject_unknown_keys():
-    settings = TrainSettings.from_dict(
-        {"epochs": 1, "lora": {"r": 2, "target_modules": ["q_proj"]}, "dataloader": {}}
-    )
-    assert settings.lora.r == 2 and settings.lora.target_modules == ("q_proj",)
-    assert TrainSettings.from_dict(settings.to_dict()) == settings
-    with pytest.raises(ValueError, match=r"unknown key\(s\) in train: \['epoch'\]"):
-        TrainSettings.from_dict({"epoch": 1})
-    with pytest.raises(ValueError, match=r"train.lora: \['rank'\]"):
-        TrainSettings.from_dict({"lora": {"rank": 4}})
-    with pytest.raises(ValueError, match="merge_adapter needs"):
-        TrainSettings.from_dict({"lora": {"enabled": False}, "merge_adapter": True})
 
 
 @pytest.mark.parametrize("name", ["zero2.json", "zero3.json"])
 def test_deepspeed_files_are_completed_from_the_settings(name):
-    settings = TrainSettings(
+    settings = TrainSettings.of(
         deepspeed_config=str(REPO / "config" / "deepspeed" / name),
         per_device_batch_size=4,
         gradient_accumulation_steps=3,
@@ -104,7 +46,7 @@ def test_deepspeed_files_must_not_set_what_the_settings_own(tmp_path, change, me
     path = tmp_path / "ds.json"
     path.write_text(json.dumps(config))
     with pytest.raises(ValueError, match=message):
-        deepspeed_config(TrainSettings(deepspeed_config=str(path)), "fp32", 1)
+        deepspeed_config(TrainSettings.of(deepspeed_config=str(path)), "fp32", 1)
 
 
 @pytest.mark.parametrize("native", [True, False])

@@ -8,6 +8,7 @@ from snakemake.logging import logger
 from snakemake.utils import validate
 
 from account_tax.io import resolve_input
+from account_tax.settings import SCHEMA_PATH
 from account_tax.tracking import (
     close_abandoned_run,
     finish_run,
@@ -22,7 +23,7 @@ if "data" in workflow.config_settings.overwrite_config:
     config["data"] = workflow.config_settings.overwrite_config["data"]
 
 # The one place the config is checked: a wrong key or type stops the run before any job.
-validate(config, schema="../schemas/config.schema.yaml")
+validate(config, schema=str(SCHEMA_PATH))
 
 
 # The repository this workflow lives in: scripts, config files and pyproject.toml are found here,
@@ -91,7 +92,7 @@ def raw_input():
 
 def classes_file():
     """The class list file when the config names one, so that editing it re-runs the data stages."""
-    classes = config["data"].get("classes")
+    classes = config["data"]["classes"]
     return [classes] if isinstance(classes, str) else []
 
 
@@ -132,7 +133,7 @@ def train_resources():
     resources = {"mem_mb": launch["mem_mb"], "runtime": launch["runtime_minutes"]}
     if launch["gpus"]:
         resources["gres"] = f"gpu:{launch['gpus']}"
-    nodes = launch.get("nodes", 1)
+    nodes = launch["nodes"]
     if nodes > 1:
         resources |= {"nodes": nodes, "tasks": nodes, "mpi": "srun", "tasks_per_gpu": 0}
     return resources

@@ -126,15 +126,14 @@ rule predict:
         script=script("predict"),
         code=code_sha256("predict"),
         tracking=RUN_FILE,
-        top_k=config["predict"]["top_k"],
         receipt=lambda wildcards, input: (
             f"--model-receipt {input.receipt}" if "receipt" in input.keys() else ""
         ),
-        settings=settings("data", "clean", "features", "serialize"),
+        settings=settings("data", "clean", "features", "serialize", "predict.top_k"),
     shell:
         "OMP_NUM_THREADS={threads} python {params.script} --settings {params.settings:q}"
         " --input {input.records:q} --model {input.model} --evaluation {input.evaluation}"
         " --baseline-model {input.baseline_model}"
         " {params.receipt} --output {output.predictions} --rejects {output.rejects}"
-        " --review {output.review} --top-k {params.top_k} --threads {threads}"
+        " --review {output.review} --threads {threads}"
         " --tracking {params.tracking} > {log} 2>&1"
