@@ -43,9 +43,9 @@ run: $(STAMP)
 	elif [ -n "$$AWS_ENDPOINT_URL$$AWS_ENDPOINT_URL_S3" ]; then \
 		$(SNAKEMAKE) --cores $(CORES); \
 	else \
-		$(BIN)/python -m account_tax.s3server start --dir $(S3_DIR)/data --pid-file $(S3_PID) \
+		$(BIN)/python -m account_tax.storage.s3server start --dir $(S3_DIR)/data --pid-file $(S3_PID) \
 			--env-file $(S3_ENV) --bucket account-tax || exit 1; \
-		trap '$(BIN)/python -m account_tax.s3server stop --pid-file $(S3_PID)' EXIT; \
+		trap '$(BIN)/python -m account_tax.storage.s3server stop --pid-file $(S3_PID)' EXIT; \
 		. ./$(S3_ENV) && $(SNAKEMAKE) --cores $(CORES); \
 	fi
 

@@ -6,8 +6,8 @@ Both sides score two models on the same synthetic test set (300 classes, 80 % ac
 the same four metrics per resample (accuracy, macro-F1 over the classes present in the resample,
 top-3 accuracy, coverage at a threshold):
 
-* ours: `account_tax.bootstrap.paired_bootstrap` (chunks of resamples, per-class counts by one
-  `bincount` over the chunk);
+* ours: `account_tax.evaluation.bootstrap.paired_bootstrap` (chunks of resamples, per-class
+  counts by one `bincount` over the chunk);
 * loop: what one writes without it: for each resample, `rng.integers` indices, then
   `sklearn.metrics.f1_score(average="macro", labels=<present>)`, `accuracy_score` and the two
   means, model by model.
@@ -26,7 +26,7 @@ import time
 import numpy as np
 from sklearn.metrics import accuracy_score, f1_score
 
-from account_tax.bootstrap import ScoredRows, paired_bootstrap
+from account_tax.evaluation.bootstrap import ScoredRows, paired_bootstrap
 
 CLASSES = 300
 

@@ -64,7 +64,7 @@ def prepare(rows: int, seed: int, dirty_fraction: float, work_dir: Path) -> Path
         return case_dir
     from synthetic_ledger import generate_ledger
 
-    from account_tax.ingest import ingest
+    from account_tax.data.ingest import ingest
     from account_tax.settings import DataSpec
 
     print(f"generating and ingesting {rows:,} synthetic rows in {case_dir}", flush=True)
@@ -106,11 +106,11 @@ class Stages:
 
 
 def run_ours(case_dir: Path, out_dir: Path, stage: Stages) -> None:
-    from account_tax.clean import CleanSettings, clean
-    from account_tax.features import FeatureSettings, build_features
-    from account_tax.serialize import SerializeSettings, serialize
+    from account_tax.data.clean import CleanSettings, clean
+    from account_tax.data.features import FeatureSettings, build_features
+    from account_tax.data.serialize import SerializeSettings, serialize
+    from account_tax.data.split import SplitSettings, split
     from account_tax.settings import DataSpec
-    from account_tax.split import SplitSettings, split
 
     config = bench_config(case_dir)
     spec = DataSpec.from_config(config)

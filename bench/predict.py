@@ -10,9 +10,9 @@ to each size, each copy with its own id, written once as the input file.
 
 Sides, each run in its own subprocess, one after the other:
 
-* ours: `account_tax.predict.predict_records`, what the `predict` rule runs, on the raw records:
-  ingest, clean, features and serialize, the model loaded once (bf16 where the CPU has it), texts
-  tokenised once, batches of similar length in chunks of rows, calibrated top-k, the decision,
+* ours: `account_tax.evaluation.predict.predict_records`, what the `predict` rule runs, on the raw
+  records: ingest, clean, features and serialize, the model loaded once (bf16 where the CPU has it),
+  texts tokenised once, batches of similar length in chunks of rows, calibrated top-k, the decision,
   provenance, and the three Parquet files written;
 * pipeline: `transformers.pipeline("text-classification", top_k=k)` on the same model loaded as a
   user would (float32), with the same batch size, truncation and max length, over the serialized
@@ -69,7 +69,7 @@ def write_rows(records: Path, rows: int, out: Path) -> None:
 
 
 def run_ours(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
-    from account_tax.predict import Candidate, PredictPaths, Provenance, predict_records
+    from account_tax.evaluation.predict import Candidate, PredictPaths, Provenance, predict_records
     from account_tax.settings import DataSpec
 
     work = Path(spec["workdir"])
@@ -100,11 +100,11 @@ def run_pipeline(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
     import torch
     from transformers import pipeline
 
-    from account_tax.inference import load_classifier
-    from account_tax.model import read_training_info
-    from account_tax.predict import serialized_records
-    from account_tax.serialize import TEXT
+    from account_tax.data.serialize import TEXT
+    from account_tax.evaluation.inference import load_classifier
+    from account_tax.evaluation.predict import serialized_records
     from account_tax.settings import DataSpec
+    from account_tax.training.model import read_training_info
 
     work = Path(spec["workdir"])
     settings = config(Path(spec["config"]))
@@ -184,7 +184,7 @@ def run_side(side: str, spec: dict[str, Any], logs: Path, tag: str) -> dict[str,
 
 
 def machine() -> dict[str, Any]:
-    from account_tax.precision import cpu_has_bf16
+    from account_tax.training.precision import cpu_has_bf16
 
     return {
         "cpu_cores": os.cpu_count(),

@@ -9,8 +9,8 @@ The server is `mlflow models serve -m models:/<name>@<alias> --env-manager local
 (one worker), started once; its start-up is not counted. One client sends the requests one after
 another (JSON `dataframe_split`, every cell as text), first a few unmeasured ones. Per request
 size: requests/s, rows/s and the p50/p99 latency as the client sees it (HTTP and JSON included).
-The reference is `account_tax.predict.predict_records` (what the `predict` rule runs) on the
-same rows in one call, the model already loaded, in this process: rows/s.
+The reference is `account_tax.evaluation.predict.predict_records` (what the `predict` rule
+runs) on the same rows in one call, the model already loaded, in this process: rows/s.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ WARMUP_REQUESTS = 5
 
 def records(workdir: Path, rows: int) -> pl.DataFrame:
     """The bundled data's test records as text (what a client sends), repeated to `rows`."""
-    from account_tax.registry import signature
     from account_tax.settings import DataSpec
+    from account_tax.tracking.registry import signature
 
     settings = json.loads((workdir / "results" / "tracking" / "config.json").read_text())
     spec = DataSpec.from_config(settings)
@@ -110,7 +110,7 @@ def measure(port: int, rows: pl.DataFrame, size: int, requests: int) -> dict[str
 
 def batch_reference(workdir: Path, rows: pl.DataFrame) -> dict[str, Any]:
     """`predict_records` on all `rows` at once, the candidate loaded before the clock starts."""
-    from account_tax.predict import Candidate, PredictPaths, Provenance, predict_records
+    from account_tax.evaluation.predict import Candidate, PredictPaths, Provenance, predict_records
     from account_tax.settings import DataSpec
 
     settings = json.loads((workdir / "results" / "tracking" / "config.json").read_text())

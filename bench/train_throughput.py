@@ -11,15 +11,15 @@ Two synthetic serialized ledgers (`name: value | ...` texts, deterministic from 
 
 Sides, each run in its own subprocess, one after the other, never two at once:
 
-* ours: `account_tax.training.train` in-process in the worker (a fresh checkpoint folder per run),
-  with the train settings' defaults (DeepSpeed ZeRO-2 from config/deepspeed/zero2.json, length
-  grouping on), except what the options below set;
-* hf: `transformers.Trainer` with the same model built by `account_tax.model.build_model` (the
-  same LoRA), the same class-weighted loss (a `compute_loss` override calling
-  `account_tax.loss.forward_loss`), the same optimizer settings (AdamW, lr, weight decay, linear
-  warm-up and decay, gradient clipping), batch size, max length, epochs (so the same optimizer
-  steps), seed and collator (`DataCollatorWithPadding`, padding to each batch's longest row),
-  random batches (the Trainer's default);
+* ours: `account_tax.training.loop.train` in-process in the worker (a fresh checkpoint folder per
+  run), with the train settings' defaults (DeepSpeed ZeRO-2 from config/deepspeed/zero2.json,
+  length grouping on), except what the options below set;
+* hf: `transformers.Trainer` with the same model built by `account_tax.training.model.build_model`
+  (the same LoRA), the same class-weighted loss (a `compute_loss` override calling
+  `account_tax.training.loss.forward_loss`), the same optimizer settings (AdamW, lr, weight decay,
+  linear warm-up and decay, gradient clipping), batch size, max length, epochs (so the same
+  optimizer steps), seed and collator (`DataCollatorWithPadding`, padding to each batch's longest
+  row), random batches (the Trainer's default);
 * hf_grouped: the same with the Trainer's own answer to skew, length-grouped batches (transformers
   5 calls it `train_sampling_strategy="group_by_length"`; `group_by_length=True` before).
 * ours_ungrouped (not run unless named in --sides): ours with length grouping off, to separate
@@ -163,7 +163,7 @@ def write_case(case: str, rows: int, long_share: float, seed: int, case_dir: Pat
 
 
 def settings_for(spec: dict[str, Any], group_by_length: bool):
-    from account_tax.train_settings import TrainSettings
+    from account_tax.training.settings import TrainSettings
 
     return TrainSettings.of(
         model=spec["model"],
@@ -181,7 +181,7 @@ def settings_for(spec: dict[str, Any], group_by_length: bool):
 def step_plan(lengths: np.ndarray, settings) -> list[dict[str, int]]:
     """Samples, real and padded tokens of each of our steps, from the batch plan (one process,
     no accumulation: one batch a step); checked against the history's token counts."""
-    from account_tax.batching import epoch_batches
+    from account_tax.training.batching import epoch_batches
 
     steps = []
     for epoch in range(settings.epochs):
@@ -202,10 +202,10 @@ def step_plan(lengths: np.ndarray, settings) -> list[dict[str, int]]:
 def run_ours(spec: dict[str, Any], case_dir: Path, scratch: Path, group_by_length: bool) -> dict:
     import torch
 
-    from account_tax import training
-    from account_tax.batching import TokenizedSplit
-    from account_tax.model import load_tokenizer, resolve_model_dir
-    from account_tax.training import TrainPaths, train
+    from account_tax.training import loop as training
+    from account_tax.training.batching import TokenizedSplit
+    from account_tax.training.loop import TrainPaths, train
+    from account_tax.training.model import load_tokenizer, resolve_model_dir
 
     # CPU time of each step (all threads of the process: the collating thread too), a figure
     # that other work on the machine moves far less than wall time. `train` looks `train_step`
@@ -274,9 +274,9 @@ def run_hf(spec: dict[str, Any], case_dir: Path, scratch: Path, group_by_length:
         set_seed,
     )
 
-    from account_tax.batching import TokenizedSplit
-    from account_tax.loss import class_weights, forward_loss, label_counts
-    from account_tax.model import (
+    from account_tax.training.batching import TokenizedSplit
+    from account_tax.training.loss import class_weights, forward_loss, label_counts
+    from account_tax.training.model import (
         build_model,
         load_tokenizer,
         prepare_for_training,
@@ -502,7 +502,7 @@ def summarise(runs: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
 
 
 def default_precisions(device: str) -> list[str]:
-    from account_tax.precision import cpu_has_bf16
+    from account_tax.training.precision import cpu_has_bf16
 
     if device == "cuda":
         return ["bf16"]
@@ -567,7 +567,7 @@ def machine() -> dict[str, Any]:
 
 
 def length_stats(case_dir: Path, model: str, max_length: int) -> dict[str, Any]:
-    from account_tax.model import load_tokenizer, resolve_model_dir
+    from account_tax.training.model import load_tokenizer, resolve_model_dir
 
     tokenizer = load_tokenizer(resolve_model_dir(model))
     texts = pl.read_parquet(case_dir / "train.parquet")["text"].to_list()

@@ -38,12 +38,12 @@ from pathlib import Path
 
 import psutil
 
-from account_tax import s3server
 from account_tax.io import sha256_file, write_json
-from account_tax.manifest import (
+from account_tax.storage import s3server
+from account_tax.storage.manifest import (
     MANIFEST,
 )
-from account_tax.s3 import (
+from account_tax.storage.s3 import (
     MIB,
     RunInfo,
     UploadSettings,

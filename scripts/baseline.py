@@ -5,8 +5,8 @@ fine-tuned model. Writes the fitted pipeline (joblib), metrics JSON and test pre
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.baseline import BaselinePaths, BaselineSettings, summary, train_baseline
-from account_tax.tracking import log_stage
+from account_tax.evaluation.baseline import BaselinePaths, BaselineSettings, summary, train_baseline
+from account_tax.tracking.workflow_run import log_stage
 
 
 def main() -> None:

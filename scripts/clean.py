@@ -6,10 +6,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.clean import CleanSettings, clean, summary_table
+from account_tax.data.clean import CleanSettings, clean, summary_table
 from account_tax.io import write_json
 from account_tax.settings import DataSpec
-from account_tax.tracking import log_stage
+from account_tax.tracking.workflow_run import log_stage
 
 
 def main() -> None:

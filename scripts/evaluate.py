@@ -15,8 +15,9 @@ import polars as pl
 import torch
 
 from account_tax import cli
-from account_tax.baseline import baseline_logits
-from account_tax.evaluation import (
+from account_tax.data.serialize import LABEL_ID, TEXT
+from account_tax.data.split import SplitSettings
+from account_tax.evaluation.assessment import (
     BASELINE,
     ENSEMBLE,
     MODEL,
@@ -30,7 +31,10 @@ from account_tax.evaluation import (
     summary_html,
     tracked_metrics,
 )
-from account_tax.evaluation_plots import (
+from account_tax.evaluation.baseline import baseline_logits
+from account_tax.evaluation.hierarchy import hierarchy_metrics, read_parents
+from account_tax.evaluation.inference import load_classifier, model_temperature, predict_logits
+from account_tax.evaluation.plots import (
     plot_baseline_comparison,
     plot_confusion_matrix,
     plot_f1_vs_support,
@@ -39,22 +43,18 @@ from account_tax.evaluation_plots import (
     plot_training_curves,
     read_history,
 )
-from account_tax.head_init import class_texts
-from account_tax.hierarchy import hierarchy_metrics, read_parents
-from account_tax.inference import load_classifier, model_temperature, predict_logits
-from account_tax.io import write_json, write_parquet
-from account_tax.model import LABEL_MAP, read_training_info
-from account_tax.predictions import PREDICTED_LABEL_ID, predictions_frame, read_split
-from account_tax.serialize import LABEL_ID, TEXT
-from account_tax.settings import EvaluateSettings
-from account_tax.split import SplitSettings
-from account_tax.tracking import log_stage, read_run
-from account_tax.unseen_classes import (
+from account_tax.evaluation.tables import PREDICTED_LABEL_ID, predictions_frame, read_split
+from account_tax.evaluation.unseen_classes import (
     COMPARATOR,
     nearest_class_scores,
     seen_class_macro_f1,
     unseen_class_metrics,
 )
+from account_tax.io import write_json, write_parquet
+from account_tax.settings import EvaluateSettings
+from account_tax.tracking.workflow_run import log_stage, read_run
+from account_tax.training.head_init import class_texts
+from account_tax.training.model import LABEL_MAP, read_training_info
 
 
 def classes_without_training_rows(train_records: Path, label_map: dict) -> np.ndarray:
@@ -150,7 +150,8 @@ def main() -> None:
         }
     parents = read_parents(args.model / LABEL_MAP)
     if parents is not None:
-        # The chart of accounts' levels and "right group, wrong account" (account_tax.hierarchy).
+        # The chart of accounts' levels and "right group, wrong account"
+        # (account_tax.evaluation.hierarchy).
         for name, view in scores.items():
             reports[name]["hierarchy"] = {
                 split: hierarchy_metrics(s.y_true, s.calibrated, labels, parents)

@@ -6,9 +6,9 @@ problem, for clean to reject; repeated column names are refused."""
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.ingest import ingest
+from account_tax.data.ingest import ingest
 from account_tax.settings import DataSpec
-from account_tax.tracking import log_stage
+from account_tax.tracking.workflow_run import log_stage
 
 
 def main() -> None:

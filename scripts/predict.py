@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from account_tax import cli
-from account_tax.predict import (
+from account_tax.evaluation.predict import (
     BATCH_SIZE,
     Candidate,
     PredictPaths,
@@ -21,7 +21,7 @@ from account_tax.predict import (
     predict_records,
 )
 from account_tax.settings import DataSpec
-from account_tax.tracking import log_stage
+from account_tax.tracking.workflow_run import log_stage
 
 
 def main() -> None:

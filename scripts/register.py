@@ -17,11 +17,11 @@ from pathlib import Path
 import polars as pl
 
 from account_tax import cli
+from account_tax.evaluation.predict import BATCH_SIZE, PredictSettings, Provenance
+from account_tax.evaluation.tables import read_labels
 from account_tax.io import sha256_file, write_json
-from account_tax.model import LABEL_MAP
-from account_tax.predict import BATCH_SIZE, PredictSettings, Provenance
-from account_tax.predictions import read_labels
-from account_tax.registry import (
+from account_tax.settings import EvaluateSettings
+from account_tax.tracking.registry import (
     ARTIFACT_PATH,
     RegisterSettings,
     champion_decision,
@@ -30,8 +30,8 @@ from account_tax.registry import (
     register_version,
     save_prediction_model,
 )
-from account_tax.settings import EvaluateSettings
-from account_tax.tracking import log_stage, run_client, store_lock
+from account_tax.tracking.workflow_run import log_stage, run_client, store_lock
+from account_tax.training.model import LABEL_MAP
 
 
 def main() -> None:

@@ -9,8 +9,8 @@ deletion is logged; the report lists what was kept, and why, and what was delete
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.retention import RetainSettings, retain
-from account_tax.tracking import log_stage
+from account_tax.storage.retention import RetainSettings, retain
+from account_tax.tracking.workflow_run import log_stage
 
 
 def main() -> None:

@@ -4,9 +4,9 @@ template from the config's `serialize` section) plus its label id, ready for tok
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.serialize import SerializeSettings, serialize
+from account_tax.data.serialize import SerializeSettings, serialize
 from account_tax.settings import DataSpec
-from account_tax.tracking import log_stage
+from account_tax.tracking.workflow_run import log_stage
 
 
 def main() -> None:

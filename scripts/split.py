@@ -7,10 +7,10 @@ in validation or test but not in train."""
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.plots import plot_split_distribution
+from account_tax.data.plots import plot_split_distribution
+from account_tax.data.split import SplitSettings, counts_table, split
 from account_tax.settings import DataSpec, EvaluateSettings
-from account_tax.split import SplitSettings, counts_table, split
-from account_tax.tracking import log_stage
+from account_tax.tracking.workflow_run import log_stage
 
 
 def main() -> None:

@@ -11,7 +11,8 @@ outside the rule's declared outputs (Snakemake deletes those before a re-run). W
 checkpoint; the last segment also writes the final outputs.
 
 SIGTERM or SIGINT stops every process after the current step (with the checkpoint, if one was
-due) and writes no output; so does the death of the launcher (see account_tax.stop_signals).
+due) and writes no output; so does the death of the launcher (see
+account_tax.training.stop_signals).
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from pathlib import Path
 
 from account_tax import cli
 from account_tax.settings import load_settings
-from account_tax.stop_signals import TrainingStopped, die_on_stop_signals, stop_with_parent
-from account_tax.tracking import log_history, log_stage, read_run
-from account_tax.train_settings import TrainSettings
-from account_tax.training import TrainPaths, train
+from account_tax.tracking.workflow_run import log_history, log_stage, read_run
+from account_tax.training.loop import TrainPaths, train
+from account_tax.training.settings import TrainSettings
+from account_tax.training.stop_signals import TrainingStopped, die_on_stop_signals, stop_with_parent
 
 HISTORY_SERIES = (
     "loss",

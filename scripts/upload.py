@@ -23,7 +23,7 @@ from pathlib import Path
 
 from account_tax import cli
 from account_tax.io import write_json
-from account_tax.s3 import (
+from account_tax.storage.s3 import (
     MIB,
     RunInfo,
     UploadError,
@@ -31,7 +31,7 @@ from account_tax.s3 import (
     upload_checkpoint,
     upload_segment,
 )
-from account_tax.tracking import log_stage
+from account_tax.tracking.workflow_run import log_stage
 
 log = logging.getLogger("account_tax")
 

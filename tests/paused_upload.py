@@ -11,7 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
-from account_tax.s3 import RunInfo, UploadSettings, upload_checkpoint
+from account_tax.storage.s3 import RunInfo, UploadSettings, upload_checkpoint
 
 
 def main() -> None:

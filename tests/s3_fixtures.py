@@ -12,8 +12,8 @@ import uuid
 import pytest
 from s3_helpers import BUCKET
 
-from account_tax import s3server
-from account_tax.s3 import RunInfo, UploadSettings
+from account_tax.storage import s3server
+from account_tax.storage.s3 import RunInfo, UploadSettings
 
 
 @pytest.fixture(scope="session")

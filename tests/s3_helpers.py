@@ -1,5 +1,5 @@
 """Helpers for the upload and retention tests: checkpoint folders laid out the way
-`account_tax.checkpoint` writes them, and the names the tests share."""
+`account_tax.training.checkpoint` writes them, and the names the tests share."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from account_tax.io import sha256_file, write_json
-from account_tax.manifest import (
+from account_tax.storage.manifest import (
     MANIFEST,
 )
 

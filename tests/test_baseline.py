@@ -9,17 +9,21 @@ import numpy as np
 import polars as pl
 import pytest
 
-from account_tax.baseline import (
+from account_tax.errors import DataError
+from account_tax.evaluation.baseline import (
     BaselinePaths,
     BaselineSettings,
     baseline_logits,
     predict_probabilities,
     train_baseline,
 )
-from account_tax.calibration import softmax
-from account_tax.errors import DataError
-from account_tax.metrics import top_k
-from account_tax.predictions import PREDICTED_LABEL_ID, TOP_K_LABEL_IDS, TOP_K_PROBABILITIES
+from account_tax.evaluation.calibration import softmax
+from account_tax.evaluation.metrics import top_k
+from account_tax.evaluation.tables import (
+    PREDICTED_LABEL_ID,
+    TOP_K_LABEL_IDS,
+    TOP_K_PROBABILITIES,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from account_tax.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
-from account_tax.metrics import TOP_K_ACCURACY, classification_metrics
+from account_tax.evaluation.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
+from account_tax.evaluation.metrics import TOP_K_ACCURACY, classification_metrics
 
 
 def rows_of(predicted, y_true, confidence=None, threshold=0.5):

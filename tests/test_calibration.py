@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from account_tax.calibration import (
+from account_tax.evaluation.calibration import (
     brier_score,
     calibration_metrics,
     expected_calibration_error,

@@ -2,8 +2,8 @@ import polars as pl
 import pytest
 from sample_ledger import ledger_row, ledger_spec
 
-import account_tax.clean
-from account_tax.clean import (
+import account_tax.data.clean
+from account_tax.data.clean import (
     REASON,
     ROW_HASH,
     CleanSettings,
@@ -11,8 +11,8 @@ from account_tax.clean import (
     later_duplicates,
     normalise_text,
 )
+from account_tax.data.ingest import ingest
 from account_tax.errors import DataError
-from account_tax.ingest import ingest
 
 
 def run_clean(tmp_path, csv_path, require_label=True, **kwargs):
@@ -111,7 +111,7 @@ def test_columns_with_few_values_are_normalised_as_row_by_row(tmp_path, write_cs
     path = write_csv(rows)
     _, by_value, _ = run_clean(tmp_path / "by_value", path)
     # No column has few enough distinct values: every one is normalised row by row.
-    monkeypatch.setattr(account_tax.clean, "FEW_DISTINCT", 0)
+    monkeypatch.setattr(account_tax.data.clean, "FEW_DISTINCT", 0)
     _, by_row, _ = run_clean(tmp_path / "by_row", path)
     assert by_value.equals(by_row)
     assert by_value.get_column("vendor").to_list() == ["acme gmbh", "acme gmbh", None]
@@ -131,7 +131,9 @@ def test_hash_collisions_are_resolved_by_comparing_values():
 
 
 def test_distinct_rows_with_colliding_hashes_are_kept(tmp_path, write_csv, monkeypatch):
-    monkeypatch.setattr(account_tax.clean, "row_hash", lambda columns: pl.lit(0, dtype=pl.UInt64))
+    monkeypatch.setattr(
+        account_tax.data.clean, "row_hash", lambda columns: pl.lit(0, dtype=pl.UInt64)
+    )
     rows = [ledger_row(1), ledger_row(2), ledger_row(1), ledger_row(3), ledger_row(2)]
     counts, frame, _ = run_clean(tmp_path, write_csv(rows))
     assert (counts.rows_out, counts.duplicates) == (3, 2)

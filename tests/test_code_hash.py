@@ -6,11 +6,14 @@ from account_tax.code_hash import code_sha256, imported_package_files
 PACKAGE = Path(account_tax.__file__).parent
 
 
-def test_the_training_code_is_the_modules_training_imports_directly_or_not():
-    files = {path.name for path in imported_package_files(PACKAGE / "training.py")}
+def test_the_training_code_is_the_modules_the_loop_imports_directly_or_not():
+    loop = PACKAGE / "training" / "loop.py"
+    files = {str(path.relative_to(PACKAGE)) for path in imported_package_files(loop)}
     # classifier.py only through model.py and head_init.py.
-    assert {"training.py", "model.py", "classifier.py", "loss.py", "checkpoint.py"} <= files
-    assert "s3.py" not in files and "evaluation.py" not in files
+    expected = {"loop.py", "model.py", "classifier.py", "loss.py", "checkpoint.py"}
+    assert {f"training/{name}" for name in expected} <= files
+    assert {"settings.py", "storage/manifest.py"} <= files
+    assert "storage/s3.py" not in files and "evaluation/assessment.py" not in files
 
 
 def test_an_edit_to_an_imported_module_changes_the_hash(tmp_path, monkeypatch):

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from account_tax.errors import DataError
-from account_tax.evaluation_plots import (
+from account_tax.evaluation.metrics import classification_metrics
+from account_tax.evaluation.plots import (
     OTHER,
     grouped_confusion,
     plot_baseline_comparison,
@@ -16,7 +17,6 @@ from account_tax.evaluation_plots import (
     read_history,
     short_label,
 )
-from account_tax.metrics import classification_metrics
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

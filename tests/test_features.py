@@ -7,10 +7,15 @@ import polars as pl
 import pytest
 from sample_ledger import ledger_config
 
-from account_tax.clean import CleanSettings, clean
+from account_tax.data.clean import CleanSettings, clean
+from account_tax.data.features import (
+    FeatureSettings,
+    build_features,
+    signed_log10,
+    signed_magnitude,
+)
+from account_tax.data.ingest import ingest
 from account_tax.errors import DataError
-from account_tax.features import FeatureSettings, build_features, signed_log10, signed_magnitude
-from account_tax.ingest import ingest
 from account_tax.settings import DataSpec, load_settings
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from account_tax.hierarchy import ancestor_table, hierarchy_metrics, read_parents
-from account_tax.metrics import classification_metrics
+from account_tax.evaluation.hierarchy import ancestor_table, hierarchy_metrics, read_parents
+from account_tax.evaluation.metrics import classification_metrics
 
 # Assets A > A1 > {A11, A12}; expenses E > {E1 > {E11, E12}, E2 > E21, E3}; X alone at the top.
 CHART = {

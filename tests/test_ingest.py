@@ -7,8 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 from sample_ledger import ledger_row, ledger_spec
 
+from account_tax.data.ingest import SOURCE_FILE_KEY, camel_to_words, ingest, read_edgar_gaap
 from account_tax.errors import DataError
-from account_tax.ingest import SOURCE_FILE_KEY, camel_to_words, ingest, read_edgar_gaap
 from account_tax.io import resolve_input
 from account_tax.settings import SOURCE_ROW
 

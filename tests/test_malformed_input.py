@@ -7,8 +7,8 @@ import polars as pl
 import pytest
 from sample_ledger import ledger_row, ledger_spec
 
-from account_tax.clean import REASON, CleanSettings, clean
-from account_tax.ingest import RECORD_PROBLEM, ingest
+from account_tax.data.clean import REASON, CleanSettings, clean
+from account_tax.data.ingest import RECORD_PROBLEM, ingest
 
 HEADER = ",".join(ledger_row(1))
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import f1_score
 
-from account_tax.metrics import TOP_K_ACCURACY, classification_metrics, top_k
+from account_tax.evaluation.metrics import TOP_K_ACCURACY, classification_metrics, top_k
 
 LABELS = ["A", "B", "C", "D", "E"]
 

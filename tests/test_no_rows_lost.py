@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sample_ledger import ledger_row, ledger_spec
 
-from account_tax.clean import CleanSettings, clean
+from account_tax.data.clean import CleanSettings, clean
+from account_tax.data.ingest import ingest
 from account_tax.errors import DataError
-from account_tax.ingest import ingest
 
 # Small alphabets make duplicates and collisions after normalisation likely.
 texts = st.one_of(

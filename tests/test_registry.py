@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 from mlflow import MlflowClient
 
-from account_tax.registry import TEST_PREDICTIONS, champion_decision, evaluated_rows_sha256
+from account_tax.tracking.registry import TEST_PREDICTIONS, champion_decision, evaluated_rows_sha256
 
 LABELS = ["1000", "2000", "3000", "4000"]
 ROWS = 200

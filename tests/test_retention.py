@@ -19,13 +19,13 @@ import pytest
 from s3_helpers import BUCKET, MIB, make_checkpoint, options
 
 from account_tax.io import sha256_file
-from account_tax.manifest import (
+from account_tax.storage.manifest import (
     MANIFEST,
     CheckpointBusy,
     checkpoint_lock,
     lock_path,
 )
-from account_tax.retention import (
+from account_tax.storage.retention import (
     DELETING_PREFIX,
     Checkpoint,
     RetainSettings,
@@ -33,7 +33,7 @@ from account_tax.retention import (
     remove,
     retain,
 )
-from account_tax.s3 import (
+from account_tax.storage.s3 import (
     client,
     upload_checkpoint,
 )

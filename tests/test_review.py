@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from account_tax.review import AUTO, REVIEW, auto_threshold, coverage, decisions
+from account_tax.evaluation.review import AUTO, REVIEW, auto_threshold, coverage, decisions
 
 
 def test_lowest_threshold_that_meets_the_target():

@@ -5,8 +5,8 @@ import polars as pl
 import pytest
 from sample_ledger import ledger_config
 
+from account_tax.data.serialize import SerializeSettings, serialize
 from account_tax.errors import DataError
-from account_tax.serialize import SerializeSettings, serialize
 from account_tax.settings import DataSpec
 
 

@@ -10,16 +10,14 @@ import jsonschema
 import pytest
 import yaml
 
-from account_tax.baseline import BaselineSettings
-from account_tax.clean import CleanSettings
+from account_tax.data.clean import CleanSettings
+from account_tax.data.features import FeatureSettings
+from account_tax.data.serialize import SerializeSettings
+from account_tax.data.split import SplitSettings
 from account_tax.errors import DataError
-from account_tax.evaluation import ReviewSettings
-from account_tax.features import FeatureSettings
-from account_tax.predict import PredictSettings
-from account_tax.registry import RegisterSettings
-from account_tax.retention import RetainSettings
-from account_tax.s3 import UploadSettings
-from account_tax.serialize import SerializeSettings
+from account_tax.evaluation.assessment import ReviewSettings
+from account_tax.evaluation.baseline import BaselineSettings
+from account_tax.evaluation.predict import PredictSettings
 from account_tax.settings import (
     SCHEMA_PATH,
     DataSpec,
@@ -29,9 +27,11 @@ from account_tax.settings import (
     load_settings,
     plain,
 )
-from account_tax.split import SplitSettings
-from account_tax.tracking import TrackingSettings
-from account_tax.train_settings import TrainSettings
+from account_tax.storage.retention import RetainSettings
+from account_tax.storage.s3 import UploadSettings
+from account_tax.tracking.registry import RegisterSettings
+from account_tax.tracking.workflow_run import TrackingSettings
+from account_tax.training.settings import TrainSettings
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,10 +9,7 @@ import polars as pl
 import pytest
 from sample_ledger import ledger_config
 
-from account_tax.errors import DataError
-from account_tax.io import sha256_file
-from account_tax.settings import DataSpec
-from account_tax.split import (
+from account_tax.data.split import (
     SPLITS,
     SplitSettings,
     assign_group_splits,
@@ -21,6 +18,9 @@ from account_tax.split import (
     rows_sha256,
     split,
 )
+from account_tax.errors import DataError
+from account_tax.io import sha256_file
+from account_tax.settings import DataSpec
 
 
 def labels(sizes: dict[str, int]) -> pl.Series:
@@ -110,7 +110,7 @@ SPLIT_IN_SUBPROCESS = """
 import json, sys
 from pathlib import Path
 from account_tax.settings import DataSpec
-from account_tax.split import SplitSettings, split
+from account_tax.data.split import SplitSettings, split
 config = json.loads(sys.argv[1])
 spec = DataSpec.from_config(config)
 report = split(Path(sys.argv[2]), spec, SplitSettings.of(seed=3), Path(sys.argv[3]), 0)

@@ -11,8 +11,8 @@ import synthetic_ledger as synthetic
 import yaml
 from synthetic_ledger import COLUMNS, DIRTY_KINDS, class_codes, class_counts, generate_ledger
 
-from account_tax.clean import REASON, CleanSettings, clean
-from account_tax.ingest import ingest
+from account_tax.data.clean import REASON, CleanSettings, clean
+from account_tax.data.ingest import ingest
 from account_tax.settings import SCHEMA_PATH, DataSpec
 
 REPO = Path(__file__).resolve().parents[1]

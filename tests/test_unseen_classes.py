@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from account_tax.unseen_classes import (
+from account_tax.evaluation.unseen_classes import (
     nearest_class_scores,
     seen_class_macro_f1,
     unseen_class_metrics,

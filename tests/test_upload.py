@@ -17,19 +17,19 @@ from s3_helpers import BUCKET, MIB, SECRET, make_checkpoint, options, sha256_b64
 from sample_ledger import ledger_config, small_ledger
 from workflow_runner import snakemake
 
-from account_tax import s3server
 from account_tax.errors import DataError
 from account_tax.io import sha256_file
-from account_tax.manifest import (
+from account_tax.ports import free_ports
+from account_tax.storage import s3server
+from account_tax.storage.manifest import (
     MANIFEST,
     CheckpointBusy,
     checkpoint_lock,
     lock_path,
     write_manifest,
 )
-from account_tax.ports import free_ports
-from account_tax.retention import RetainSettings, load_receipts, retain
-from account_tax.s3 import (
+from account_tax.storage.retention import RetainSettings, load_receipts, retain
+from account_tax.storage.s3 import (
     CheckpointError,
     FileDigest,
     RunInfo,
@@ -448,7 +448,7 @@ def test_killed_upload_leaves_no_receipt_keeps_the_checkpoint_and_can_be_redone(
 @pytest.mark.s3
 def test_server_cli_writes_a_usable_env_file_and_stops(tmp_path):
     pid_file, env_file = tmp_path / "weed.pid", tmp_path / "s3.env"
-    module = [sys.executable, "-m", "account_tax.s3server"]
+    module = [sys.executable, "-m", "account_tax.storage.s3server"]
     start = [
         *module,
         "start",

@@ -23,18 +23,18 @@ from sample_ledger import ledger_config, ledger_row, small_ledger
 from tiny_models import build_tiny_bert
 from workflow_runner import REPO, SECRETS, VENV_BIN, jobs_run, snakemake
 
-import account_tax.predict
-from account_tax.io import sha256_file
-from account_tax.manifest import content_sha256
-from account_tax.ports import free_ports
-from account_tax.predict import (
+import account_tax.evaluation.predict
+from account_tax.evaluation.predict import (
     PROVENANCE_COLUMNS,
     Candidate,
     PredictPaths,
     Provenance,
     predict_records,
 )
+from account_tax.io import sha256_file
+from account_tax.ports import free_ports
 from account_tax.settings import DataSpec, complete
+from account_tax.storage.manifest import content_sha256
 
 pytestmark = pytest.mark.workflow
 pytest_plugins = ["s3_fixtures"]
@@ -237,7 +237,7 @@ def test_prediction_in_chunks_of_rows_matches_the_rule(trained, monkeypatch, tmp
     model, baseline = workdir / "results/train/model", workdir / "results/baseline/model.joblib"
     shipped = evaluation["comparison"]["shipped"]
     provenance = Provenance(*(rule_output[0, column] for column in PROVENANCE_COLUMNS))
-    monkeypatch.setattr(account_tax.predict, "CHUNK_ROWS", 1)
+    monkeypatch.setattr(account_tax.evaluation.predict, "CHUNK_ROWS", 1)
     paths = PredictPaths(*(tmp_path / f"{name}.parquet" for name in ("out", "rejects", "review")))
     settings = complete(config)
     counts = predict_records(

@@ -75,8 +75,8 @@ def load(stage: str, part: str | None = None, workdir: Path | str = ".") -> Any:
 
 def classifier(model_dir: Path):
     """The fine-tuned model alone, loaded once, temperature-calibrated."""
-    from account_tax.evaluation import MODEL
-    from account_tax.predict import Candidate
+    from account_tax.evaluation.assessment import MODEL
+    from account_tax.evaluation.predict import Candidate
 
     return Candidate(model_dir, None, {"candidate": MODEL})
 

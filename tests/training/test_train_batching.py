@@ -7,7 +7,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from account_tax.batching import (
+from account_tax.errors import DataError
+from account_tax.training.batching import (
     DataLoaderStalled,
     TokenizedSplit,
     epoch_batches,
@@ -16,9 +17,8 @@ from account_tax.batching import (
     rank_batches,
     watched,
 )
-from account_tax.errors import DataError
-from account_tax.model import load_tokenizer
-from account_tax.train_settings import DataLoaderSettings
+from account_tax.training.model import load_tokenizer
+from account_tax.training.settings import DataLoaderSettings
 
 # Skewed: most rows short, a few long, as accounting memos are.
 LENGTHS = np.array([5 + (i % 7) if i % 10 else 60 + i % 13 for i in range(500)])

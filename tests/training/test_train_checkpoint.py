@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from account_tax.checkpoint import (
-    clear_staging,
-    fingerprint,
-    latest_checkpoint,
-)
 from account_tax.io import sha256_file
-from account_tax.manifest import (
+from account_tax.storage.manifest import (
     MANIFEST,
     STAGING_PREFIX,
     step_name,
 )
-from account_tax.train_settings import TrainSettings
-from account_tax.training import TrainPaths, kept_accumulation, run_fingerprint
+from account_tax.training.checkpoint import (
+    clear_staging,
+    fingerprint,
+    latest_checkpoint,
+)
+from account_tax.training.loop import TrainPaths, kept_accumulation, run_fingerprint
+from account_tax.training.settings import TrainSettings
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 import yaml
 
-from account_tax.inference import load_classifier, predict_probabilities
-from account_tax.model import resolve_model_dir
+from account_tax.evaluation.inference import load_classifier, predict_probabilities
+from account_tax.training.model import resolve_model_dir
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["train"]

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from account_tax.errors import DataError
-from account_tax.inference import load_classifier, predict_logits
-from account_tax.train_settings import EarlyStoppingSettings
-from account_tax.training import best_epoch, stop_reason
+from account_tax.evaluation.inference import load_classifier, predict_logits
+from account_tax.training.loop import best_epoch, stop_reason
+from account_tax.training.settings import EarlyStoppingSettings
 
 
 def epochs(metric, values):

@@ -8,8 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from account_tax.classifier import hold_rows, pool
-from account_tax.head_init import (
+from account_tax.evaluation.inference import load_classifier, predict_probabilities
+from account_tax.training.classifier import hold_rows, pool
+from account_tax.training.head_init import (
     class_texts,
     embed_texts,
     init_head_from_texts,
@@ -17,9 +18,8 @@ from account_tax.head_init import (
     text_classifier,
     trained_head,
 )
-from account_tax.inference import load_classifier, predict_probabilities
-from account_tax.model import build_model, load_tokenizer, prepare_for_training
-from account_tax.train_settings import LoraSettings
+from account_tax.training.model import build_model, load_tokenizer, prepare_for_training
+from account_tax.training.settings import LoraSettings
 
 LABELS = ["office", "travel", "rent", "unused"]
 TEXTS = ["office supplies: paper and toner", "travel: flights and hotels", "rent", "bank fees"]

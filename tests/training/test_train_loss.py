@@ -5,13 +5,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from account_tax.loss import (
+from account_tax.training.loss import (
     class_weights,
     forward_loss,
     label_counts,
     weighted_cross_entropy,
 )
-from account_tax.model import build_model, load_tokenizer
+from account_tax.training.model import build_model, load_tokenizer
 
 
 def test_weights_follow_the_formula():

@@ -2,15 +2,15 @@ import pytest
 import torch
 
 from account_tax.errors import DataError
-from account_tax.model import (
+from account_tax.training.loop import parameter_groups
+from account_tax.training.model import (
     build_model,
     fully_trained_modules,
     load_tokenizer,
     prepare_for_training,
     resolve_model_dir,
 )
-from account_tax.train_settings import LoraSettings, TrainSettings
-from account_tax.training import parameter_groups
+from account_tax.training.settings import LoraSettings, TrainSettings
 
 LABELS = ["office", "travel", "rent"]
 

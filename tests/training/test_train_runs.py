@@ -16,10 +16,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from account_tax.inference import load_classifier, predict_probabilities
+from account_tax.evaluation.inference import load_classifier, predict_probabilities
 from account_tax.io import sha256_file
-from account_tax.loss import class_weights, label_counts
-from account_tax.training import segment_end
+from account_tax.training.loop import segment_end
+from account_tax.training.loss import class_weights, label_counts
 
 REPO = Path(__file__).resolve().parents[2]
 VOLATILE = {

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from account_tax.distributed import set_launch_defaults
-from account_tax.precision import cpu_has_bf16, inference_dtype, resolve_precision
-from account_tax.train_settings import TrainSettings
-from account_tax.training import deepspeed_config
+from account_tax.training.distributed import set_launch_defaults
+from account_tax.training.loop import deepspeed_config
+from account_tax.training.precision import cpu_has_bf16, inference_dtype, resolve_precision
+from account_tax.training.settings import TrainSettings
 
 REPO = Path(__file__).resolve().parents[2]
 

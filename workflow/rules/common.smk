@@ -9,7 +9,7 @@ from snakemake.utils import validate
 
 from account_tax.io import resolve_input
 from account_tax.settings import SCHEMA_PATH
-from account_tax.tracking import (
+from account_tax.tracking.workflow_run import (
     close_abandoned_run,
     finish_run,
     redact_command,

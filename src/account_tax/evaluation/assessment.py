@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from account_tax.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
-from account_tax.calibration import (
+from account_tax.evaluation.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
+from account_tax.evaluation.calibration import (
     EPSILON,
     calibration_metrics,
     fit_temperature,
@@ -27,10 +27,10 @@ from account_tax.calibration import (
     reliability_bins,
     softmax,
 )
-from account_tax.metrics import TOP_K, TOP_K_ACCURACY, classification_metrics, top_k
-from account_tax.review import auto_threshold, coverage, precision_coverage_curve
+from account_tax.evaluation.metrics import TOP_K, TOP_K_ACCURACY, classification_metrics, top_k
+from account_tax.evaluation.review import auto_threshold, coverage, precision_coverage_curve
+from account_tax.evaluation.unseen_classes import COMPARATOR
 from account_tax.settings import SectionView
-from account_tax.unseen_classes import COMPARATOR
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Plots of the data stages and of the resources each rule used, for `snakemake --report`."""
+"""Plots of the data stages for `snakemake --report`: classes after cleaning and the splits."""
 
 from __future__ import annotations
 
@@ -45,24 +45,6 @@ def plot_split_distribution(per_class: dict[str, dict[str, int]], path: Path) ->
     ax.set_ylabel("rows (log scale; 0 shown at 0.5)")
     ax.set_title("Class distribution per split")
     ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-
-
-def plot_resources(wall_s: dict[str, float], max_rss_mb: dict[str, float], path: Path) -> None:
-    """Wall time and peak memory per rule, side by side, rules in workflow order."""
-    rules = list(wall_s)
-    fig, (time_ax, memory_ax) = plt.subplots(
-        1, 2, figsize=(10, 0.35 * len(rules) + 1.5), dpi=100, sharey=True
-    )
-    time_ax.barh(rules, [wall_s[r] for r in rules], color="#4C72B0")
-    time_ax.set_xlabel("wall time (s)")
-    memory_ax.barh(rules, [max_rss_mb[r] for r in rules], color="#DD8452")
-    memory_ax.set_xlabel("peak resident memory (MB)")
-    time_ax.invert_yaxis()
-    fig.suptitle("Wall time and peak memory per rule (Snakemake benchmark files)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

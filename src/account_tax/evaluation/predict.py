@@ -20,17 +20,20 @@ import joblib
 import numpy as np
 import polars as pl
 
-from account_tax.baseline import baseline_logits
-from account_tax.calibration import softmax
-from account_tax.clean import CleanSettings, clean
-from account_tax.evaluation import BASELINE, MODEL, ensemble_logits
-from account_tax.features import FeatureSettings, derived_columns
-from account_tax.inference import load_classifier, model_temperature, predict_probabilities
-from account_tax.ingest import ingest
-from account_tax.io import parquet_rows, sha256_file, write_parquet
-from account_tax.manifest import content_sha256
-from account_tax.model import LABEL_MAP, read_training_info
-from account_tax.predictions import (
+from account_tax.data.clean import CleanSettings, clean
+from account_tax.data.features import FeatureSettings, derived_columns
+from account_tax.data.ingest import ingest
+from account_tax.data.serialize import ID, TEXT, SerializeSettings, text_expression
+from account_tax.evaluation.assessment import BASELINE, MODEL, ensemble_logits
+from account_tax.evaluation.baseline import baseline_logits
+from account_tax.evaluation.calibration import softmax
+from account_tax.evaluation.inference import (
+    load_classifier,
+    model_temperature,
+    predict_probabilities,
+)
+from account_tax.evaluation.review import REVIEW, decisions
+from account_tax.evaluation.tables import (
     CONFIDENCE,
     PREDICTED_LABEL,
     TOP_K_LABELS,
@@ -38,9 +41,10 @@ from account_tax.predictions import (
     read_labels,
     top_k_columns,
 )
-from account_tax.review import REVIEW, decisions
-from account_tax.serialize import ID, TEXT, SerializeSettings, text_expression
+from account_tax.io import parquet_rows, sha256_file, write_parquet
 from account_tax.settings import SOURCE_ROW, DataSpec, SectionView
+from account_tax.storage.manifest import content_sha256
+from account_tax.training.model import LABEL_MAP, read_training_info
 
 log = logging.getLogger(__name__)
 

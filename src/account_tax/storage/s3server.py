@@ -7,8 +7,9 @@ and the Iceberg and Lance endpoints that would otherwise take fixed ports are sw
 several servers can run side by side. Each start generates a fresh access key and secret: the
 server checks request signatures, as a real S3 does.
 
-    python -m account_tax.s3server start --dir .cache/s3 --pid-file F --env-file F [--bucket B]
-    python -m account_tax.s3server stop --pid-file F
+    python -m account_tax.storage.s3server start --dir .cache/s3 --pid-file F --env-file F \
+        [--bucket B]
+    python -m account_tax.storage.s3server stop --pid-file F
 
 `start` returns once the server accepts signed requests and has a volume to write to, and writes
 an env file (`export NAME=value` lines, read by both `make` and the shell) with AWS_ENDPOINT_URL
@@ -316,7 +317,7 @@ def write_env_file(path: Path, env: dict[str, str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m account_tax.s3server", description=__doc__.splitlines()[0]
+        prog="python -m account_tax.storage.s3server", description=__doc__.splitlines()[0]
     )
     commands = parser.add_subparsers(dest="command", required=True)
     start_parser = commands.add_parser("start", help="start a server and wait until it is ready")
@@ -339,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
             if args.pid_file.exists() and weed_server_argv(int(args.pid_file.read_text())):
                 raise S3ServerError(
                     f"a SeaweedFS server from {args.pid_file} is still running; stop it first: "
-                    f"python -m account_tax.s3server stop --pid-file {args.pid_file}"
+                    f"python -m account_tax.storage.s3server stop --pid-file {args.pid_file}"
                 )
             server = start(args.dir, args.bucket, args.timeout)
             args.pid_file.parent.mkdir(parents=True, exist_ok=True)

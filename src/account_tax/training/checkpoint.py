@@ -29,9 +29,8 @@ from deepspeed import DeepSpeedEngine
 from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
 from transformers import set_seed
 
-from account_tax.distributed import Distributed, barrier, broadcast_from_main, gather_from_all
 from account_tax.io import sha256_file
-from account_tax.manifest import (
+from account_tax.storage.manifest import (
     STAGING_PREFIX,
     STEP_PREFIX,
     ManifestError,
@@ -41,6 +40,12 @@ from account_tax.manifest import (
     read_manifest,
     step_name,
     write_manifest,
+)
+from account_tax.training.distributed import (
+    Distributed,
+    barrier,
+    broadcast_from_main,
+    gather_from_all,
 )
 
 log = logging.getLogger(__name__)

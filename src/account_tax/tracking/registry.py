@@ -29,15 +29,15 @@ import numpy as np
 import pandas as pd
 import polars as pl
 
-from account_tax.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
-from account_tax.clean import REASON
-from account_tax.evaluation import DECIDING_METRIC, MODEL
+from account_tax.data.clean import REASON
+from account_tax.data.serialize import ID
+from account_tax.evaluation.assessment import DECIDING_METRIC, MODEL
+from account_tax.evaluation.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
+from account_tax.evaluation.predict import Candidate, PredictPaths, Provenance, predict_records
+from account_tax.evaluation.tables import CONFIDENCE, LABEL, PREDICTED_LABEL, TOP_K_LABELS
 from account_tax.io import PACKAGE_PREFIX
-from account_tax.model import LABEL_MAP, read_training_info
-from account_tax.predict import Candidate, PredictPaths, Provenance, predict_records
-from account_tax.predictions import CONFIDENCE, LABEL, PREDICTED_LABEL, TOP_K_LABELS
-from account_tax.serialize import ID
 from account_tax.settings import SOURCE_ROW, DataSpec, SectionView
+from account_tax.training.model import LABEL_MAP, read_training_info
 
 ARTIFACT_PATH = "prediction_model"
 """Where the model lies in the workflow run's artifacts."""
@@ -217,7 +217,7 @@ def save_prediction_model(
             str(folder),
             python_model=PredictionModel(),
             artifacts=artifacts,
-            code_paths=[str(Path(__file__).parent)],
+            code_paths=[str(Path(__file__).parents[1])],
             signature=signature(spec),
             input_example=input_example(test_records, spec),
             pip_requirements=requirements(pyproject, info["base_model"]),

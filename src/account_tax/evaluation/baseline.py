@@ -1,7 +1,7 @@
 """Baseline: TF-IDF of word and character n-grams with a linear classifier.
 
 The number the fine-tuned transformer has to beat. Trained on the train split, scored on
-validation and test with the same metrics as the transformer (`account_tax.metrics`).
+validation and test with the same metrics as the transformer (`account_tax.evaluation.metrics`).
 
 The classifier is `SGDClassifier(loss="log_loss")`: one-vs-rest logistic regression fitted by
 SGD. It gives probabilities (for top-k), and its cost grows linearly with rows and classes: on
@@ -25,12 +25,12 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import SGDClassifier
 from sklearn.pipeline import FeatureUnion, Pipeline
 
-from account_tax.calibration import fit_temperature, log_probabilities, softmax
+from account_tax.data.serialize import LABEL_ID, TEXT
 from account_tax.errors import DataError
+from account_tax.evaluation.calibration import fit_temperature, log_probabilities, softmax
+from account_tax.evaluation.metrics import TOP_K_ACCURACY, classification_metrics
+from account_tax.evaluation.tables import predictions_frame, read_labels, read_split
 from account_tax.io import write_json, write_parquet
-from account_tax.metrics import TOP_K_ACCURACY, classification_metrics
-from account_tax.predictions import predictions_frame, read_labels, read_split
-from account_tax.serialize import LABEL_ID, TEXT
 from account_tax.settings import SectionView
 
 log = logging.getLogger(__name__)

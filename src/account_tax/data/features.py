@@ -15,8 +15,8 @@ from typing import Any
 
 import polars as pl
 
+from account_tax.data.ingest import camel_to_words
 from account_tax.errors import DataError
-from account_tax.ingest import camel_to_words
 from account_tax.io import write_json, write_parquet
 from account_tax.settings import DataSpec, SectionView
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from account_tax.metrics import TOP_K_ACCURACY
+from account_tax.evaluation.metrics import TOP_K_ACCURACY
 
 METRICS = ("accuracy", "macro_f1", TOP_K_ACCURACY, "coverage")
 # Row draws per chunk: bounds the index matrix and the per-class count tables.

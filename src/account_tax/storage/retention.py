@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from account_tax.io import sha256_file, write_json
-from account_tax.manifest import (
+from account_tax.settings import SectionView
+from account_tax.storage.manifest import (
     STEP_PREFIX,
     CheckpointBusy,
     ManifestError,
@@ -41,7 +42,6 @@ from account_tax.manifest import (
     checkpoint_lock,
     read_manifest,
 )
-from account_tax.settings import SectionView
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ import torch
 from peft import LoraConfig, PeftModel, TaskType, get_peft_model
 from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 
-from account_tax.classifier import TextClassifier, load_backbone
 from account_tax.errors import DataError
 from account_tax.io import resolve_input
-from account_tax.train_settings import LoraSettings
+from account_tax.training.classifier import TextClassifier, load_backbone
+from account_tax.training.settings import LoraSettings
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,17 @@ import torch
 import torch.distributed as torch_dist
 from transformers import PreTrainedTokenizerBase, get_linear_schedule_with_warmup, set_seed
 
-from account_tax.batching import (
+from account_tax.code_hash import code_sha256
+from account_tax.errors import DataError
+from account_tax.evaluation.inference import (
+    calibrate_model,
+    merge_adapter,
+    represent_unseen_classes,
+)
+from account_tax.io import sha256_file, write_json
+from account_tax.progress import progress_bar
+from account_tax.storage.manifest import step_name, write_manifest
+from account_tax.training.batching import (
     TokenizedSplit,
     epoch_batches,
     evaluation_batches,
@@ -34,23 +44,18 @@ from account_tax.batching import (
     rank_batches,
     watched,
 )
-from account_tax.checkpoint import (
+from account_tax.training.checkpoint import (
     TRAINABLE_STATE,
     fingerprint,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
-from account_tax.classifier import hold_rows, save_full_classifier
-from account_tax.code_hash import code_sha256
-from account_tax.distributed import Distributed, barrier, init_distributed
-from account_tax.errors import DataError
-from account_tax.head_init import class_texts, init_head_from_texts, resolve_head_init
-from account_tax.inference import calibrate_model, merge_adapter, represent_unseen_classes
-from account_tax.io import sha256_file, write_json
-from account_tax.loss import class_weights, forward_loss, label_counts
-from account_tax.manifest import step_name, write_manifest
-from account_tax.model import (
+from account_tax.training.classifier import hold_rows, save_full_classifier
+from account_tax.training.distributed import Distributed, barrier, init_distributed
+from account_tax.training.head_init import class_texts, init_head_from_texts, resolve_head_init
+from account_tax.training.loss import class_weights, forward_loss, label_counts
+from account_tax.training.model import (
     LABEL_MAP,
     TRAINING_INFO,
     build_model,
@@ -59,10 +64,9 @@ from account_tax.model import (
     prepare_for_training,
     resolve_model_dir,
 )
-from account_tax.precision import resolve_precision
-from account_tax.progress import progress_bar
-from account_tax.stop_signals import StopRequest, TrainingStopped, stop_after_step
-from account_tax.train_settings import RUN_ONLY_KEYS, EarlyStoppingSettings, TrainSettings
+from account_tax.training.precision import resolve_precision
+from account_tax.training.settings import RUN_ONLY_KEYS, EarlyStoppingSettings, TrainSettings
+from account_tax.training.stop_signals import StopRequest, TrainingStopped, stop_after_step
 
 log = logging.getLogger(__name__)
 

@@ -14,26 +14,26 @@ import torch
 from peft import PeftModel
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
-from account_tax.calibration import fit_temperature, negative_log_likelihood, softmax
-from account_tax.classifier import (
+from account_tax.data.serialize import LABEL_ID, TEXT
+from account_tax.errors import DataError
+from account_tax.evaluation.calibration import fit_temperature, negative_log_likelihood, softmax
+from account_tax.evaluation.tables import read_labels, read_split
+from account_tax.io import write_json
+from account_tax.training.classifier import (
     TextClassifier,
     load_backbone,
     load_full_classifier,
     save_full_classifier,
 )
-from account_tax.errors import DataError
-from account_tax.head_init import embed_classes_without_rows
-from account_tax.io import write_json
-from account_tax.model import (
+from account_tax.training.head_init import embed_classes_without_rows
+from account_tax.training.model import (
     LABEL_MAP,
     TRAINING_INFO,
     load_tokenizer,
     read_training_info,
     resolve_model_dir,
 )
-from account_tax.precision import inference_dtype
-from account_tax.predictions import read_labels, read_split
-from account_tax.serialize import LABEL_ID, TEXT
+from account_tax.training.precision import inference_dtype
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from peft import PeftModel
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
-from account_tax.classifier import TextClassifier
+from account_tax.training.classifier import TextClassifier
 
 log = logging.getLogger(__name__)
 

@@ -64,7 +64,8 @@ from s3transfer.utils import ChunksizeAdjuster
 
 from account_tax.errors import DataError
 from account_tax.io import write_json
-from account_tax.manifest import (
+from account_tax.settings import SectionView
+from account_tax.storage.manifest import (
     MANIFEST,
     STEP_PREFIX,
     ManifestError,
@@ -72,7 +73,6 @@ from account_tax.manifest import (
     read_manifest,
     unlisted_or_missing,
 )
-from account_tax.settings import SectionView
 
 log = logging.getLogger(__name__)
 

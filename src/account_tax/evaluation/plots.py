@@ -2,7 +2,8 @@
 matrix of the most frequent classes, per-class F1 against support, and the baseline comparison.
 
 Each function takes plain data (the history records, label-id arrays, the dicts written by
-`account_tax.metrics`), writes one PNG and returns the numbers it plotted, so they can be checked.
+`account_tax.evaluation.metrics`), writes one PNG and returns the numbers it plotted, so they can
+be checked.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
 
 from account_tax.errors import DataError
-from account_tax.metrics import TOP_K, TOP_K_ACCURACY
+from account_tax.evaluation.metrics import TOP_K, TOP_K_ACCURACY
 
 # The training loop writes `validation_loss`; `val_loss` is the shorter name other tools use.
 VALIDATION_LOSS_KEYS = ("validation_loss", "val_loss")

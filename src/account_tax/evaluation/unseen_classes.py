@@ -15,7 +15,7 @@ from sklearn.metrics import f1_score
 from sklearn.metrics.pairwise import cosine_similarity
 from sklearn.pipeline import make_union
 
-from account_tax.metrics import top_k
+from account_tax.evaluation.metrics import top_k
 
 COMPARATOR = "tfidf_nearest_class"
 

@@ -1,4 +1,5 @@
-"""Reading serialized splits for scoring, and the predictions table every scorer writes."""
+"""The tables scoring reads and writes: serialized splits in, the predictions table out (the same
+for every scorer: the baseline, the model, their mix)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from account_tax.data.serialize import ID, LABEL_ID, TEXT
 from account_tax.errors import DataError
+from account_tax.evaluation.metrics import top_k
 from account_tax.io import require_columns
-from account_tax.metrics import top_k
-from account_tax.serialize import ID, LABEL_ID, TEXT
 
 LABEL = "label"
 PREDICTED_LABEL_ID = "predicted_label_id"

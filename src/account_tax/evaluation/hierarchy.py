@@ -1,12 +1,12 @@
 """Scores at each level of the chart of accounts, for a label map whose classes have parents.
 
 Level 1 is the top of the chart: every account is mapped to its top ancestor; level 2 to its
-ancestor one below, and so on down to the account itself at the chart's depth. An account
-shallower than a level stays itself there. At each level the true and the predicted account are
-both mapped, and accuracy and macro-F1 are those of `account_tax.metrics.classification_metrics`
-over the accounts of that level (macro-F1 over those present in the truth). Beside the levels,
-the share of wrong predictions whose account has the true account's parent: right group, wrong
-account. An error on a top-level account (no parent) never counts as in the right group.
+ancestor one below, and so on down to the account itself at the chart's depth. An account shallower
+than a level stays itself there. At each level the true and the predicted account are both mapped,
+and accuracy and macro-F1 are those of `account_tax.evaluation.metrics.classification_metrics` over
+the accounts of that level (macro-F1 over those present in the truth). Beside the levels, the share
+of wrong predictions whose account has the true account's parent: right group, wrong account. An
+error on a top-level account (no parent) never counts as in the right group.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from account_tax.metrics import classification_metrics
+from account_tax.evaluation.metrics import classification_metrics
 
 
 def read_parents(label_map: Path) -> list[str | None] | None:

@@ -22,7 +22,7 @@ from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
 from account_tax.errors import DataError
 from account_tax.io import require_columns
-from account_tax.train_settings import DataLoaderSettings
+from account_tax.training.settings import DataLoaderSettings
 
 SPLIT_COLUMNS = ("id", "text", "label_id")
 MEGABATCH = 50

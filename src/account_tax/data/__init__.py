@@ -1,0 +1,1 @@
+"""The data stages: ingest, clean, features, split and serialize, each a module of its own."""

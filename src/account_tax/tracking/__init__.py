@@ -1,0 +1,1 @@
+"""Provenance: the workflow's one MLflow run, and the registered prediction model."""
