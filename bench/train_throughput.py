@@ -24,6 +24,9 @@ Sides, each run in its own subprocess, one after the other, never two at once:
   5 calls it `train_sampling_strategy="group_by_length"`; `group_by_length=True` before).
 * ours_ungrouped (not run unless named in --sides): ours with length grouping off, to separate
   the loop's own cost from the batching's.
+* ours_compiled (not run unless named in --sides): ours with `train.compile` (the model through
+  torch.compile, batches padded to length buckets). A step that compiled a graph (the first of
+  each bucket) is left out of its figures and counted in `compile_s` instead.
 
 Throughput is counted per optimizer step on both sides: samples, real tokens (the attention
 mask's sum: padding is not counted), padded tokens (what the model computes on) and seconds. Ours
@@ -71,7 +74,7 @@ import numpy as np
 import polars as pl
 
 REPO = Path(__file__).resolve().parents[1]
-SIDES = ("ours", "hf", "hf_grouped", "ours_ungrouped")
+SIDES = ("ours", "hf", "hf_grouped", "ours_ungrouped", "ours_compiled")
 DEFAULT_SIDES = ("ours", "hf", "hf_grouped")
 CASES = ("uniform", "skewed")
 TARGETS = {"uniform": 1.0, "skewed": 1.5}
@@ -162,10 +165,11 @@ def write_case(case: str, rows: int, long_share: float, seed: int, case_dir: Pat
 # ----------------------------------------------------------------------------- workers
 
 
-def settings_for(spec: dict[str, Any], group_by_length: bool):
+def settings_for(spec: dict[str, Any], group_by_length: bool, compile_model: bool = False):
     from account_tax.training.settings import TrainSettings
 
     return TrainSettings.of(
+        compile=compile_model,
         model=spec["model"],
         max_length=spec["max_length"],
         epochs=spec["epochs"],
@@ -181,25 +185,31 @@ def settings_for(spec: dict[str, Any], group_by_length: bool):
 def step_plan(lengths: np.ndarray, settings) -> list[dict[str, int]]:
     """Samples, real and padded tokens of each of our steps, from the batch plan (one process,
     no accumulation: one batch a step); checked against the history's token counts."""
-    from account_tax.training.batching import epoch_batches
+    from account_tax.training.batching import epoch_batches, length_buckets
 
+    buckets = length_buckets(settings.max_length) if settings.compile else None
     steps = []
     for epoch in range(settings.epochs):
         for batch in epoch_batches(
             lengths, settings.per_device_batch_size, settings.seed, epoch, settings.group_by_length
         ):
             rows = lengths[batch]
+            longest = int(rows.max())
+            if buckets:
+                longest = next(b for b in buckets if b >= longest)
             steps.append(
-                {
-                    "samples": len(batch),
-                    "tokens": int(rows.sum()),
-                    "padded": len(batch) * int(rows.max()),
-                }
+                {"samples": len(batch), "tokens": int(rows.sum()), "padded": len(batch) * longest}
             )
     return steps
 
 
-def run_ours(spec: dict[str, Any], case_dir: Path, scratch: Path, group_by_length: bool) -> dict:
+def run_ours(
+    spec: dict[str, Any],
+    case_dir: Path,
+    scratch: Path,
+    group_by_length: bool,
+    compile_model: bool = False,
+) -> dict:
     import torch
 
     from account_tax.training import loop as training
@@ -211,16 +221,18 @@ def run_ours(spec: dict[str, Any], case_dir: Path, scratch: Path, group_by_lengt
     # that other work on the machine moves far less than wall time. `train` looks `train_step`
     # up in its module at every step, so wrapping it there measures the very call it times.
     cpu_seconds: list[float] = []
+    compiled: list[bool] = []
     step = training.train_step
 
     def timed_step(*args: Any, **kwargs: Any) -> list[float]:
-        begun = time.process_time()
+        begun, graphs = time.process_time(), training.compiled_graphs()
         out = step(*args, **kwargs)
         cpu_seconds.append(time.process_time() - begun)
+        compiled.append(training.compiled_graphs() > graphs)
         return out
 
     training.train_step = timed_step
-    settings = settings_for(spec, group_by_length)
+    settings = settings_for(spec, group_by_length, compile_model)
     paths = TrainPaths(
         train=case_dir / "train.parquet",
         validation=case_dir / "validation.parquet",
@@ -250,8 +262,9 @@ def run_ours(spec: dict[str, Any], case_dir: Path, scratch: Path, group_by_lengt
             "padded": p["padded"],
             "seconds": r["seconds"],
             "cpu_seconds": cpu,
+            "compiled": made_graph,
         }
-        for r, p, cpu in zip(history, plan, cpu_seconds, strict=False)
+        for r, p, cpu, made_graph in zip(history, plan, cpu_seconds, compiled, strict=False)
     ]
     return {
         "steps": steps,
@@ -409,7 +422,13 @@ def worker(side: str, spec: dict[str, Any], case_dir: Path, result: Path) -> Non
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"throughput-{side}-", dir=spec["scratch"]) as tmp:
         if side.startswith("ours"):
-            out = run_ours(spec, case_dir, Path(tmp), group_by_length=side == "ours")
+            out = run_ours(
+                spec,
+                case_dir,
+                Path(tmp),
+                group_by_length=side != "ours_ungrouped",
+                compile_model=side == "ours_compiled",
+            )
         else:
             out = run_hf(spec, case_dir, Path(tmp), group_by_length=side == "hf_grouped")
     out["process_s"] = time.perf_counter() - started
@@ -472,8 +491,13 @@ def rates(steps: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
+def measured_steps(steps: list[dict[str, Any]], warmup: int) -> list[dict[str, Any]]:
+    """The steps after warm-up, less those that compiled a graph (they measure the compiler)."""
+    return [step for step in steps[warmup:] if not step.get("compiled")]
+
+
 def summarise(runs: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
-    measured = [rates(run["steps"][warmup:]) for run in runs]
+    measured = [rates(measured_steps(run["steps"], warmup)) for run in runs]
     every = [rates(run["steps"]) for run in runs]
 
     def spread(values: list[float]) -> dict[str, float]:
@@ -492,6 +516,9 @@ def summarise(runs: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
         "all_steps_samples_per_s": spread([m["samples_per_s"] for m in every]),
         "all_steps_tokens_per_s": spread([m["tokens_per_s"] for m in every]),
         "first_step_s": spread([run["steps"][0]["seconds"] for run in runs]),
+        "compile_s": spread(
+            [sum(step["seconds"] for step in run["steps"] if step.get("compiled")) for run in runs]
+        ),
         "process_s": spread([run["subprocess_s"] for run in runs]),
         "torch_threads": sorted({run["torch_threads"] for run in runs}),
         "runs": [
@@ -518,6 +545,8 @@ def pairs_to_compare(sides: dict[str, Any]) -> list[tuple[str, str]]:
         for other in ("hf", "hf_grouped"):
             if side == "ours" and f"{other}@{precision}" in sides:
                 pairs.append((name, f"{other}@{precision}"))
+        if side == "ours_compiled" and f"ours@{precision}" in sides:
+            pairs.append((name, f"ours@{precision}"))
         if precision != "fp32" and f"{side}@fp32" in sides:
             pairs.append((name, f"{side}@fp32"))
     return pairs
@@ -737,7 +766,7 @@ def main() -> None:
                 tag = f"{case}-{side}@{precision}-{repeat + 1}"
                 out = run_side(side, spec | {"precision": precision}, case_dirs[case], logs, tag)
                 runs[case][f"{side}@{precision}"].append(out)
-                measured = rates(out["steps"][args.warmup_steps :])
+                measured = rates(measured_steps(out["steps"], args.warmup_steps))
                 print(
                     f"[{time.perf_counter() - started:6.0f} s] {tag}: "
                     f"{measured['samples_per_s']:.1f} samples/s, "

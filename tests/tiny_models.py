@@ -71,7 +71,7 @@ def train_llama_tokenizer(corpus: Sequence[str]) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
 
 
-def build_tiny_bert(folder: Path, corpus: Sequence[str]) -> Path:
+def build_tiny_bert(folder: Path, corpus: Sequence[str], dropout: float = 0.1) -> Path:
     tokenizer = train_bert_tokenizer(corpus)
     config = BertConfig(
         vocab_size=len(tokenizer),
@@ -81,6 +81,8 @@ def build_tiny_bert(folder: Path, corpus: Sequence[str]) -> Path:
         intermediate_size=64,
         max_position_embeddings=128,
         pad_token_id=tokenizer.pad_token_id,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
     )
     torch.manual_seed(0)
     BertModel(config).save_pretrained(folder)

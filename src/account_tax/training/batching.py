@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from itertools import cycle, islice
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -25,6 +26,8 @@ from account_tax.io import require_columns
 from account_tax.training.settings import DataLoaderSettings
 
 SPLIT_COLUMNS = ("id", "text", "label_id")
+SMALLEST_BUCKET = 16
+"""The shortest padded length of a compiled step; each next bucket doubles, up to max_length."""
 MEGABATCH = 50
 """Length grouping sorts windows of this many batches: little padding, yet a random data order."""
 
@@ -112,18 +115,60 @@ def evaluation_batches(
     return mine + [batches[0]] * (per_rank - len(mine)), len(mine)
 
 
+def length_buckets(max_length: int) -> tuple[int, ...]:
+    """The padded lengths of a compiled step: powers of two from SMALLEST_BUCKET, and max_length."""
+    buckets = []
+    length = SMALLEST_BUCKET
+    while length < max_length:
+        buckets.append(length)
+        length *= 2
+    return (*buckets, max_length)
+
+
+class BucketPadding:
+    """Pads a batch to the shortest bucket that holds its longest row: a compiled model then meets
+    one sequence length per bucket instead of one per batch."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, buckets: tuple[int, ...]) -> None:
+        self.buckets = buckets
+        self.collators = {
+            length: DataCollatorWithPadding(tokenizer, padding="max_length", max_length=length)
+            for length in buckets
+        }
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        longest = max(len(row["input_ids"]) for row in rows)
+        return self.collators[next(b for b in self.buckets if b >= longest)](rows)
+
+
+def on_device(
+    batch: dict[str, torch.Tensor], device: torch.device, compiled: bool
+) -> dict[str, torch.Tensor]:
+    """The batch on the device; for a compiled model its row count marked dynamic, so that the
+    last, smaller batch of an epoch reuses its bucket's graph rather than compiling another."""
+    moved = {name: tensor.to(device) for name, tensor in batch.items()}
+    if compiled:
+        for tensor in moved.values():
+            torch._dynamo.mark_dynamic(tensor, 0)
+    return moved
+
+
 def make_loader(
     split: TokenizedSplit,
     batches: list[list[int]],
     tokenizer: PreTrainedTokenizerBase,
     settings: DataLoaderSettings,
+    buckets: tuple[int, ...] | None = None,
 ) -> DataLoader:
-    """A loader over planned batches, with dynamic padding to the longest row of each batch."""
+    """A loader over planned batches, padded to the longest row of each batch, or to the
+    `buckets` (length_buckets) of a compiled model."""
     workers = settings.num_workers
     return DataLoader(
         split,
         batch_sampler=batches,
-        collate_fn=DataCollatorWithPadding(tokenizer),
+        collate_fn=BucketPadding(tokenizer, buckets)
+        if buckets
+        else DataCollatorWithPadding(tokenizer),
         num_workers=workers,
         # A backstop that also ends the wait for a stuck worker; the limits that decide, per
         # batch and with a message, are those of `watched`.

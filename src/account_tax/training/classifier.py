@@ -71,9 +71,8 @@ class CosineHead(nn.Module):
 
 
 def held(parameter: torch.Tensor, learned: torch.Tensor) -> torch.Tensor:
-    """The parameter, with no gradient reaching the rows where `learned` is False."""
-    if bool(learned.all()):
-        return parameter
+    """The parameter, with no gradient reaching the rows where `learned` is False. No branch on
+    the mask's values: a compiled model would break its graph there."""
     shape = (-1,) + (1,) * (parameter.ndim - 1)
     return torch.where(learned.view(shape), parameter, parameter.detach())
 

@@ -39,8 +39,10 @@ from account_tax.training.batching import (
     TokenizedSplit,
     epoch_batches,
     evaluation_batches,
+    length_buckets,
     make_loader,
     micro_batches_per_rank,
+    on_device,
     rank_batches,
     watched,
 )
@@ -156,7 +158,7 @@ def train_step(
     asked to stop] of all ranks."""
     totals = torch.zeros(4, dtype=torch.float64, device=device)
     for batch in islice(batches, accumulation):
-        batch = {name: tensor.to(device) for name, tensor in batch.items()}
+        batch = on_device(batch, device, engine.is_compiled)
         loss, _ = forward_loss(engine, batch, weights)
         engine.backward(loss)
         engine.step()  # updates the weights at the end of the accumulation window only
@@ -173,6 +175,12 @@ def train_step(
     return totals.tolist()
 
 
+def compiled_graphs() -> int:
+    """Graphs torch.compile made in this process: with the shapes bucketed, at most one per length
+    bucket for training and one for validation."""
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
 @torch.no_grad()
 def evaluate(
     engine: deepspeed.DeepSpeedEngine,
@@ -181,20 +189,21 @@ def evaluate(
     weights: torch.Tensor,
     settings: TrainSettings,
     dist: Distributed,
+    buckets: tuple[int, ...] | None,
 ) -> dict[str, float]:
     """Weighted loss (the training objective), accuracy and macro-F1 (over the classes in the
     split, as evaluate computes it) over the whole split, all ranks."""
     batches, counted = evaluation_batches(
         split.lengths, settings.per_device_batch_size, dist.world_size, dist.rank
     )
-    loader = make_loader(split, batches, tokenizer, settings.dataloader)
+    loader = make_loader(split, batches, tokenizer, settings.dataloader, buckets)
     totals = torch.zeros(4, dtype=torch.float64, device=dist.device)
     num_labels = len(weights)
     # Per class: true positives, predictions, true rows.
     counts = torch.zeros(3, num_labels, dtype=torch.float64, device=dist.device)
     engine.eval()
     for index, batch in enumerate(watched(loader, settings.dataloader, "validation")):
-        batch = {name: tensor.to(dist.device) for name, tensor in batch.items()}
+        batch = on_device(batch, dist.device, engine.is_compiled)
         loss, logits = forward_loss(engine, batch, weights)
         if index < counted:
             labels = batch["labels"]
@@ -384,6 +393,7 @@ class TrainingRun:
     precision: str
     run_dir: Path
     accumulation: int  # micro-batches per step and rank; keeps the run's global batch
+    buckets: tuple[int, ...] | None  # the padded lengths of a compiled model
     steps_per_epoch: int
     total_steps: int
     stop_step: int  # where this segment ends
@@ -444,6 +454,16 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
         ),
     )
 
+    buckets = None
+    if settings.compile:
+        if engine.zero_optimization_stage() >= 3:
+            raise ValueError("train.compile runs under ZeRO stages 0 to 2, not 3")
+        buckets = length_buckets(settings.max_length)
+        # CUDA graphs on a GPU: launches, not arithmetic, bound a small model's step there.
+        mode = "reduce-overhead" if dist.device.type == "cuda" else "default"
+        engine.compile(compile_kwargs={"dynamic": False, "mode": mode})
+        log.info("compiling the model (mode %s) for length buckets %s", mode, buckets)
+
     if resume is None:
         history: list[dict[str, Any]] = []
         start_step = 0
@@ -484,6 +504,7 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
         precision=precision,
         run_dir=run_dir,
         accumulation=accumulation,
+        buckets=buckets,
         steps_per_epoch=steps_per_epoch,
         total_steps=total_steps,
         stop_step=segment_end(total_steps, segment, settings.segments),
@@ -519,7 +540,11 @@ def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> 
             mine = rank_batches(planned, dist.world_size, dist.rank, accumulation)
             done = step - epoch * steps_per_epoch
             loader = make_loader(
-                run.train_split, mine[done * accumulation :], run.tokenizer, settings.dataloader
+                run.train_split,
+                mine[done * accumulation :],
+                run.tokenizer,
+                settings.dataloader,
+                run.buckets,
             )
             stream = watched(loader, settings.dataloader, "training")
             engine.train()
@@ -549,11 +574,19 @@ def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> 
                 # The validation split is empty where split.validation_fraction is 0.
                 if epoch_end and len(run.validation_split):
                     record |= evaluate(
-                        engine, run.validation_split, run.tokenizer, run.weights, settings, dist
+                        engine,
+                        run.validation_split,
+                        run.tokenizer,
+                        run.weights,
+                        settings,
+                        dist,
+                        run.buckets,
                     )
                 history.append(record)
                 if dist.is_main:
                     report_step(record, progress, paths.history, epoch)
+                    if epoch_end and run.buckets:
+                        log.info("compiled graphs so far: %d", compiled_graphs())
                 if epoch_end or step % settings.checkpoint_every_steps == 0 or step == stop_step:
                     best = best_epoch(history, settings.early_stopping)
                     manifest = {
@@ -660,6 +693,7 @@ def finish(
         "world_size": dist.world_size,
         "precision": run.precision,
         "resumed_from_step": run.start_step,
+        "compiled_graphs": compiled_graphs() if run.buckets else None,
         # Throughput over every step, across segments and resumes (data waits included,
         # evaluation not).
         "train_samples_per_s": sum(r["samples"] for r in history) / seconds if seconds else None,

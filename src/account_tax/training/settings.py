@@ -64,6 +64,7 @@ class TrainSettings(SectionView):
     head_init: str
     lora: LoraSettings
     gradient_checkpointing: bool
+    compile: bool
     class_weight_alpha: float
     deepspeed_config: str
     precision: str
