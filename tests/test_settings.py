@@ -3,8 +3,9 @@ its typed view."""
 
 import json
 import re
-from dataclasses import fields, is_dataclass
+from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
+from typing import get_type_hints
 
 import jsonschema
 import pytest
@@ -20,6 +21,7 @@ from account_tax.evaluation.baseline import BaselineSettings
 from account_tax.evaluation.predict import PredictSettings
 from account_tax.settings import (
     SCHEMA_PATH,
+    ChartColumns,
     DataSpec,
     EvaluateSettings,
     complete,
@@ -79,8 +81,19 @@ def test_the_schema_is_valid_and_the_one_file_the_workflow_validates_against():
     assert list(REPO.rglob("*.schema.yaml")) == [SCHEMA_PATH]
 
 
+def no_defaults(cls) -> list[str]:
+    """Fields of a view (and of the views inside it) that carry a default of their own."""
+    found = [f.name for f in fields(cls) if f.default is not MISSING]
+    found += [f.name for f in fields(cls) if f.default_factory is not MISSING]
+    for hint in get_type_hints(cls).values():
+        if isinstance(hint, type) and is_dataclass(hint):
+            found += no_defaults(hint)
+    return found
+
+
 @pytest.mark.parametrize("section", sorted(VIEWS))
 def test_every_schema_key_reaches_its_typed_view_with_its_default(section):
+    assert no_defaults(VIEWS[section]) == []  # the schema's default is the only one
     view = VIEWS[section].of(REQUIRED.get(section, {}))
     schema = config_schema()["properties"][section]
     expected = dict(schema_keys(schema))
@@ -99,6 +112,7 @@ def test_every_data_key_reaches_the_data_spec(tmp_path):
     assert {f.name for f in fields(DataSpec)} == (
         set(schema) - {"columns", "chart_columns"} | set(roles) | {"chart"}
     )
+    assert no_defaults(DataSpec) == [] and no_defaults(ChartColumns) == []
     spec = DataSpec.from_config({"data": MINIMAL_DATA})
     for key, value in [*schema.items(), *roles.items()]:
         if "default" in value and key != "chart_columns":
