@@ -96,13 +96,18 @@ class SectionView:
 
     @classmethod
     def of(cls, values: Mapping[str, Any] | None = None, /, **overrides: Any) -> Self:
-        completed = complete(plain({**(values or {}), **overrides}), cls.SECTION)
+        return cls.from_complete(complete(plain({**(values or {}), **overrides}), cls.SECTION))
+
+    @classmethod
+    def from_complete(cls, completed: Mapping[str, Any]) -> Self:
+        """The view of values that `complete` has checked and completed for this section (a
+        nested section is checked with its parent, not again)."""
         hints = get_type_hints(cls)
         built = {}
         for field in fields(cls):
             value, hint = completed[field.name], hints[field.name]
             if isinstance(hint, type) and issubclass(hint, SectionView):
-                value = hint.of(value)
+                value = hint.from_complete(value)
             elif isinstance(value, list):
                 value = tuple(value)
             built[field.name] = value
@@ -160,7 +165,7 @@ class DataSpec:
     def from_config(cls, config: Mapping[str, Any]) -> DataSpec:
         data = complete(config["data"], "data")
         columns = data["columns"]
-        chart = read_chart(data["classes"], ChartColumns.of(data["chart_columns"]))
+        chart = read_chart(data["classes"], ChartColumns.from_complete(data["chart_columns"]))
         return cls(
             path=data["path"],
             format=data["format"],

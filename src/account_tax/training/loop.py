@@ -421,6 +421,9 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
     resume = latest_checkpoint(run_dir, dist)
     accumulation = kept_accumulation(settings, resume, dist.world_size)
     ds_config = deepspeed_config(settings, precision, dist.world_size, accumulation)
+    # Before any model is built: the file says the stage.
+    if settings.compile and ds_config.get("zero_optimization", {}).get("stage", 0) >= 3:
+        raise ValueError("train.compile runs under ZeRO stages 0 to 2, not 3")
 
     batch_size = settings.per_device_batch_size
     num_batches = math.ceil(len(train_split) / batch_size)
@@ -456,8 +459,6 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
 
     buckets = None
     if settings.compile:
-        if engine.zero_optimization_stage() >= 3:
-            raise ValueError("train.compile runs under ZeRO stages 0 to 2, not 3")
         buckets = length_buckets(settings.max_length)
         # CUDA graphs on a GPU: launches, not arithmetic, bound a small model's step there.
         mode = "reduce-overhead" if dist.device.type == "cuda" else "default"
