@@ -70,6 +70,7 @@ def write_rows(records: Path, rows: int, out: Path) -> None:
 
 def run_ours(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
     from account_tax.evaluation.predict import Candidate, PredictPaths, Provenance, predict_records
+    from account_tax.notebook import stage_folder
     from account_tax.settings import DataSpec
 
     work = Path(spec["workdir"])
@@ -77,7 +78,8 @@ def run_ours(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
     shipped = json.loads((work / "results/evaluate/metrics.json").read_text())["comparison"][
         "shipped"
     ]
-    model, baseline = work / "results/train/model", work / "results/baseline/model.joblib"
+    model = stage_folder("train", work) / "model"
+    baseline = work / "results/baseline/model.joblib"
     started = time.perf_counter()
     provenance = Provenance.of(shipped["candidate"], model, baseline, None)
     paths = PredictPaths(
@@ -103,6 +105,7 @@ def run_pipeline(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
     from account_tax.data.serialize import TEXT
     from account_tax.evaluation.inference import load_classifier
     from account_tax.evaluation.predict import serialized_records
+    from account_tax.notebook import stage_folder
     from account_tax.settings import DataSpec
     from account_tax.training.model import read_training_info
 
@@ -115,7 +118,7 @@ def run_pipeline(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
         scratch / "rejects.parquet",
         scratch,
     )[TEXT].to_list()
-    model_dir = work / "results/train/model"
+    model_dir = stage_folder("train", work) / "model"
     max_length = read_training_info(model_dir)["settings"]["max_length"]
 
     class PipelineModel(torch.nn.Module):

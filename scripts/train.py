@@ -8,7 +8,8 @@ One process per device, on GPUs or CPUs alike:
 Training resumes from the newest complete checkpoint in --checkpoint-dir, which is meant to live
 outside the rule's declared outputs (Snakemake deletes those before a re-run). With
 `train.segments` > 1, `--segment s` trains up to the end of segment s and stops after a
-checkpoint; the last segment also writes the final outputs.
+checkpoint; every segment then exports the best model so far with its metrics and history, and
+the last one's are the trained model's.
 
 SIGTERM or SIGINT stops every process after the current step (with the checkpoint, if one was
 due) and writes no output; so does the death of the launcher (see
@@ -48,10 +49,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--checkpoint-dir", type=Path, required=True, help="resumable checkpoints (not an output)"
     )
-    parser.add_argument("--output-dir", type=Path, help="trained adapter or model, with tokenizer")
-    parser.add_argument("--metrics", type=Path, help="final metrics (JSON)")
-    parser.add_argument("--history", type=Path, help="per-step metrics (JSON lines)")
-    parser.add_argument("--segment", type=int, help="train up to the end of this segment only")
+    parser.add_argument(
+        "--output-dir", type=Path, required=True, help="trained adapter or model, with tokenizer"
+    )
+    parser.add_argument("--metrics", type=Path, required=True, help="metrics (JSON)")
+    parser.add_argument("--history", type=Path, required=True, help="per-step metrics (JSON lines)")
+    parser.add_argument(
+        "--segment", type=int, help="train up to the end of this segment of train.segments only"
+    )
     parser.add_argument(
         "--segment-marker", type=Path, help="JSON naming the run folder and step reached"
     )
@@ -61,11 +66,7 @@ def parse_args() -> argparse.Namespace:
         required=True,
         help="the workflow config as JSON, or a config file path; its `train` section is used",
     )
-    args = parser.parse_args()
-    final = (args.output_dir, args.metrics, args.history)
-    if args.segment is None and None in final:
-        parser.error("--output-dir, --metrics and --history are needed to train to the end")
-    return args
+    return parser.parse_args()
 
 
 def main() -> None:
@@ -99,7 +100,8 @@ def main() -> None:
             args.checkpoint_dir,
         )
         raise SystemExit(stopped.exit_code) from None
-    if metrics is not None and rank == "0":
+    # The workflow run's metrics are the trained model's: the last segment's.
+    if rank == "0" and args.segment in (None, settings.segments):
         numeric = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
         log_stage(
             args.tracking,

@@ -17,10 +17,13 @@ def workdir(tmp_path):
         pl.DataFrame({"id": [name], "label": ["4930"]}).write_parquet(split / f"{name}.parquet")
     (split / "split_report.json").write_text(json.dumps({"rows": 2}))
     (split / "split_distribution.png").write_bytes(b"\x89PNG")
-    train = tmp_path / "results" / "train"
-    train.mkdir()
-    (train / "metrics.json").write_text(json.dumps({"steps": 3}))
-    (train / "history.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    # Trained in segments: the last one (by number, not by name) holds the trained model's.
+    for segment, steps in ((2, 1), (10, 3)):
+        train = tmp_path / "results" / "train" / f"segment-{segment}"
+        train.mkdir(parents=True)
+        (train / "metrics.json").write_text(json.dumps({"steps": steps}))
+        history = "".join(json.dumps({"step": step}) + "\n" for step in range(1, steps))
+        (train / "history.jsonl").write_text(history)
     return tmp_path
 
 

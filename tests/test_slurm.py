@@ -114,7 +114,7 @@ def slurm_run(cluster, tmp_path_factory):
         "lora": {"r": 4, "alpha": 8},
     }
     config["train_resources"] = {"nodes": 2, "gpus": 1, "mem_mb": 3000, "runtime_minutes": 10}
-    targets = [*SERIALIZED, "results/train/metrics.json"]
+    targets = [*SERIALIZED, "results/train/segment-1/metrics.json"]
     started = time.monotonic()
     result = run_snakemake(
         workdir,
@@ -200,10 +200,10 @@ def test_training_spanned_two_nodes_with_one_torchrun_each(slurm_run, cluster):
     for node in ("n1", "n2"):
         slurmd_log = (cluster.root / "log" / f"slurmd-{node}.log").read_text()
         assert f"launch task StepId={job_id}.0 " in slurmd_log, node
-    metrics = json.loads((workdir / "results/train/metrics.json").read_text())
+    metrics = json.loads((workdir / "results/train/segment-1/metrics.json").read_text())
     assert metrics["world_size"] == 2
-    assert (workdir / "results/train/model/adapter_model.safetensors").is_file()
-    log = (workdir / "logs/train/train.log").read_text()
+    assert (workdir / "results/train/segment-1/model/adapter_model.safetensors").is_file()
+    log = (workdir / "logs/train/segment-1.log").read_text()
     assert " rank 0 " in log and " rank 1 " in log
 
 
@@ -211,8 +211,7 @@ def test_profiles_are_valid_and_default_to_sacct():
     slurm = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
     assert slurm["executor"] == "slurm"
     assert slurm["slurm-status-command"] == "sacct"
-    for rule in ("train", "train_segment"):
-        assert set(slurm["set-resources"][rule]) >= {"gres", "cpus_per_gpu", "mem_mb", "runtime"}
+    assert set(slurm["set-resources"]["train"]) >= {"gres", "cpus_per_gpu", "mem_mb", "runtime"}
     squeue = "# slurm-status-command: squeue"
     assert squeue in (REPO / "profiles/slurm/config.yaml").read_text()
     # profiles/default is the workflow profile of every run, cluster runs too, and wins over
@@ -257,7 +256,7 @@ def test_launcher_follows_the_job_resources(tmp_path, train_resources, extra, ex
     config["train_resources"] = train_resources
     result = run_snakemake(
         tmp_path,
-        "results/train/metrics.json",
+        "results/train/segment-1/metrics.json",
         "--dry-run",
         "--printshellcmds",
         "--cores",

@@ -491,7 +491,7 @@ def test_a_failed_re_upload_keeps_the_receipt_of_the_verified_upload(tmp_path, s
     config = ledger_config(workdir / "ledger.csv")
     config["upload"] = {"bucket": BUCKET, "prefix": "receipt-test"}
     # A sealed folder stands in for the trained model; only the upload rule may run.
-    model = workdir / "results/train/model"
+    model = workdir / "results/train/segment-1/model"
     model.mkdir(parents=True)
     (model / "adapter_model.safetensors").write_bytes(os.urandom(1000))
     write_manifest(model, {"step": 24})

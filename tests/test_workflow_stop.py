@@ -76,7 +76,7 @@ def start_training(workdir, config):
         "--cores",
         "2",
         # Targets first: --configfile takes several values and would swallow them.
-        "results/train/metrics.json",
+        "results/train/segment-1/metrics.json",
         "--configfile",
         str(config_path),
     ]
@@ -101,8 +101,8 @@ def assert_everything_stopped(process, workdir, processes):
     _, alive = psutil.wait_procs(processes, timeout=STOPPED_WITHIN_S)
     assert not alive, [p.cmdline() for p in alive]
     process.wait(timeout=60)
-    assert not (workdir / "results/train/metrics.json").exists()
-    assert not (workdir / "results/train/model").exists()
+    assert not (workdir / "results/train/segment-1/metrics.json").exists()
+    assert not (workdir / "results/train/segment-1/model").exists()
 
 
 def run_status(workdir):
@@ -136,7 +136,7 @@ def test_sigterm_to_the_train_job_stops_it_after_a_step(training):
     workdir, process, processes = training
     launcher(processes).send_signal(signal.SIGTERM)
     assert_everything_stopped(process, workdir, processes)
-    log = (workdir / "logs/train/train.log").read_text()
+    log = (workdir / "logs/train/segment-1.log").read_text()
     assert "SIGTERM received: stopping after the current step" in log
     assert "stopped by SIGTERM after step" in log
     assert run_status(workdir) == "FAILED"

@@ -92,8 +92,7 @@ def test_every_stage_ran_once(trained):
         "split": 1,
         "serialize": 3,
         "baseline": 1,
-        "train_segment": 1,
-        "train": 1,
+        "train": 2,
         "evaluate": 1,
         "predict": 1,
         "upload_checkpoints": 2,
@@ -106,17 +105,21 @@ def test_every_stage_ran_once(trained):
 
 def test_training_ran_in_two_segments_with_checkpoints_outside_the_outputs(trained):
     workdir, *_ = trained
-    first = json.loads((workdir / "results/train/segments/1.json").read_text())
-    last = json.loads((workdir / "results/train/segments/2.json").read_text())
-    metrics = json.loads((workdir / "results/train/metrics.json").read_text())
+    first = json.loads((workdir / "results/train/segment-1/marker.json").read_text())
+    last = json.loads((workdir / "results/train/segment-2/marker.json").read_text())
+    metrics = json.loads((workdir / "results/train/segment-2/metrics.json").read_text())
     # 48 training rows in batches of 8: 6 steps an epoch, 24 in all, 12 per segment.
     assert (first["step"], last["step"], last["total_steps"]) == (12, 24, 24)
     assert metrics["steps"] == 24 and metrics["resumed_from_step"] == 12
     checkpoints = sorted(p.name for p in (workdir / "checkpoints/train").glob("run-*/step-*"))
     assert checkpoints[-1] == "step-000000024"
-    assert (workdir / "results/train/model/adapter_model.safetensors").is_file()
-    history = (workdir / "results/train/history.jsonl").read_text().splitlines()
-    assert len(history) == 24
+    # Both jobs of the one rule exported the best model they had; the last one's is evaluated.
+    halfway = json.loads((workdir / "results/train/segment-1/metrics.json").read_text())
+    assert halfway["steps"] == 12 and halfway["stopped"] == "the segment's end"
+    for segment, steps in ((1, 12), (2, 24)):
+        outputs = workdir / f"results/train/segment-{segment}"
+        assert (outputs / "model/adapter_model.safetensors").is_file()
+        assert len((outputs / "history.jsonl").read_text().splitlines()) == steps
 
 
 def test_evaluation_compares_with_the_baseline_and_says_which_wins(trained):
@@ -131,7 +134,7 @@ def test_evaluation_compares_with_the_baseline_and_says_which_wins(trained):
             assert set(calibration["after"]) == {"nll", "brier", "ece"}
     assert report["test"]["per_class"]["0000"]["zero_support"] is True
     assert report["baseline"]["test"]["macro_f1"] is not None
-    info = json.loads((workdir / "results/train/model/training_info.json").read_text())
+    info = json.loads((workdir / "results/train/segment-2/model/training_info.json").read_text())
     assert report["temperature"] == info["calibration"]["temperature"] > 0
     # Temperature fitting on validation never makes its NLL worse.
     calibration = info["calibration"]
@@ -234,7 +237,8 @@ def test_prediction_in_chunks_of_rows_matches_the_rule(trained, monkeypatch, tmp
     workdir, config, *_ = trained
     rule_output = pl.read_parquet(workdir / "results/predict/new.parquet")
     evaluation = json.loads((workdir / "results/evaluate/metrics.json").read_text())
-    model, baseline = workdir / "results/train/model", workdir / "results/baseline/model.joblib"
+    model = workdir / "results/train/segment-2/model"
+    baseline = workdir / "results/baseline/model.joblib"
     shipped = evaluation["comparison"]["shipped"]
     provenance = Provenance(*(rule_output[0, column] for column in PROVENANCE_COLUMNS))
     monkeypatch.setattr(account_tax.evaluation.predict, "CHUNK_ROWS", 1)
@@ -265,7 +269,7 @@ def test_every_prediction_leads_back_to_its_training_run(trained):
     it, with the git commit, the config hash and the input data hashes."""
     workdir, _, _, server = trained
     row = pl.read_parquet(workdir / "results/predict/new.parquet").row(0, named=True)
-    model_dir = workdir / "results/train/model"
+    model_dir = workdir / "results/train/segment-2/model"
     assert row["model_sha256"] == content_sha256(model_dir)
     baseline = sha256_file(workdir / "results/baseline/model.joblib")
     assert row["baseline_sha256"] == (None if row["candidate"] == "fine-tuned" else baseline)
@@ -302,7 +306,7 @@ def test_mlflow_run_has_training_curves_evaluation_and_benchmarks(trained):
     assert metrics["train/steps"] == 24
     for key in ("evaluate/test_macro_f1", "baseline/test_macro_f1", "predict/new/predicted"):
         assert key in metrics, key
-    for rule in ("train/segment-1", "train/train", "evaluate", "baseline", "predict/new"):
+    for rule in ("train/segment-1", "train/segment-2", "evaluate", "baseline", "predict/new"):
         assert metrics[f"{rule}/wall_s"] > 0, rule
 
 
@@ -330,7 +334,7 @@ def test_checkpoints_and_model_are_in_s3_with_receipts_and_retention_kept_what_i
     # other checkpoint was deleted, and only after its receipt proved its upload.
     report = json.loads((workdir / "results/retain/segment-2.json").read_text())
     kept = {entry["step"] for entry in report["kept"]}
-    info = json.loads((workdir / "results/train/model/training_info.json").read_text())
+    info = json.loads((workdir / "results/train/segment-2/model/training_info.json").read_text())
     assert {24, info["exported"]["step"]} <= kept and len(kept) <= 3
     local = sorted(p.name for p in (workdir / "checkpoints/train").glob("run-*/step-*"))
     assert len(local) == len(kept)
@@ -420,7 +424,7 @@ def run_evaluate(workdir, train_records, out, split_settings):
         "--settings",
         json.dumps(settings),
         "--model",
-        str(workdir / "results/train/model"),
+        str(workdir / "results/train/segment-2/model"),
         "--validation",
         str(workdir / "results/serialize/validation.parquet"),
         "--test",
@@ -430,7 +434,7 @@ def run_evaluate(workdir, train_records, out, split_settings):
         "--test-records",
         str(workdir / "results/split/test.parquet"),
         "--history",
-        str(workdir / "results/train/history.jsonl"),
+        str(workdir / "results/train/segment-2/history.jsonl"),
         "--baseline-model",
         str(workdir / "results/baseline/model.joblib"),
         "--baseline-metrics",
@@ -545,7 +549,7 @@ def test_registered_with_candidate_alias_and_champion_only_when_better(trained):
     assert version.run_id == run.info.run_id
     assert run.data.tags["register/champion_moved"] == str(better)
     # Tags link the training run, the model's content and its upload receipt.
-    model = workdir / "results/train/model"
+    model = workdir / "results/train/segment-2/model"
     assert version.tags["model_sha256"] == content_sha256(model)
     info = json.loads((model / "training_info.json").read_text())
     assert version.tags["training_run_id"] == info["mlflow_run_id"]

@@ -2,7 +2,8 @@
 `account_tax.load("evaluate")`, `account_tax.load("train", "model")`, `account_tax.runs()`.
 
 Outputs are found by the workflow's layout, `results/<stage>/<part>` with the file's own suffix,
-so a new output is loadable without a change here.
+so a new output is loadable without a change here. A stage that runs in segments (train) is read
+from its last segment's folder, `results/<stage>/segment-<s>/`.
 """
 
 from __future__ import annotations
@@ -29,11 +30,20 @@ KEY_METRICS = (
 )
 
 
-def parts(stage: str, workdir: Path | str = ".") -> list[str]:
-    """The loadable parts of a stage's output folder."""
+def stage_folder(stage: str, workdir: Path | str = ".") -> Path:
+    """A stage's output folder; for a stage run in segments, its last segment's."""
     folder = Path(workdir) / RESULTS / stage
     if not folder.is_dir():
         raise DataError(f"{folder}: no outputs of stage '{stage}' (has the workflow run it?)")
+    segments = [p for p in folder.glob("segment-*") if p.name.removeprefix("segment-").isdigit()]
+    if segments:
+        return max(segments, key=lambda p: int(p.name.removeprefix("segment-")))
+    return folder
+
+
+def parts(stage: str, workdir: Path | str = ".") -> list[str]:
+    """The loadable parts of a stage's output folder."""
+    folder = stage_folder(stage, workdir)
     names = []
     for path in sorted(folder.iterdir()):
         if path.is_dir() and path.name == "model":
@@ -58,7 +68,7 @@ def load(stage: str, part: str | None = None, workdir: Path | str = ".") -> Any:
             raise DataError(f"stage '{stage}' has several outputs; name one of {available}")
     if part not in available:
         raise DataError(f"stage '{stage}' has no output '{part}'; it has {available}")
-    folder = Path(workdir) / RESULTS / stage
+    folder = stage_folder(stage, workdir)
     if part == "model" and (folder / "model").is_dir():
         return classifier(folder / "model")
     path = next(

@@ -111,14 +111,16 @@ def train_command() -> Callable[..., tuple[list[str], dict[str, str]]]:
                 "--standalone",
                 f"--nproc_per_node={processes}",
             ]
+        # A segment's outputs in a folder of their own, as in the workflow; the checkpoints shared.
+        outputs = out if segment is None else out / f"segment-{segment}"
         arguments = [
             str(REPO / "scripts" / "train.py"),
             "--train", str(ledger["train"]),
             "--validation", str(ledger["validation"]),
             "--label-map", str(ledger["label_map"]),
-            "--output-dir", str(out / "model"),
-            "--metrics", str(out / "metrics.json"),
-            "--history", str(out / "history.jsonl"),
+            "--output-dir", str(outputs / "model"),
+            "--metrics", str(outputs / "metrics.json"),
+            "--history", str(outputs / "history.jsonl"),
             "--checkpoint-dir", str(out / "checkpoints"),
             "--settings", json.dumps({"train": settings}),
         ]  # fmt: skip
@@ -127,7 +129,7 @@ def train_command() -> Callable[..., tuple[list[str], dict[str, str]]]:
                 "--segment",
                 str(segment),
                 "--segment-marker",
-                str(out / f"{segment}.json"),
+                str(outputs / "marker.json"),
             ]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
         for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):

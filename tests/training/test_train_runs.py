@@ -222,7 +222,7 @@ def test_segments_stop_at_a_checkpoint_and_end_as_an_uninterrupted_run(
     out = tmp_path / "segmented"
     command, env = train_command(ledger, out, settings, None, segment=1)
     subprocess.run(command, cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
-    marker = json.loads((out / "1.json").read_text())
+    marker = json.loads((out / "segment-1" / "marker.json").read_text())
     # 160 rows in batches of 8: 20 steps an epoch, 40 in all; segment 1 of 3 ends at step 14.
     assert {k: marker[k] for k in ("segment", "segments", "step", "total_steps")} == {
         "segment": 1,
@@ -231,10 +231,20 @@ def test_segments_stop_at_a_checkpoint_and_end_as_an_uninterrupted_run(
         "total_steps": 40,
     }
     assert (Path(marker["run_dir"]) / "step-000000014" / "manifest.json").is_file()
-    assert not (out / "metrics.json").exists() and not (out / "model").exists()
+    # The segment exported the model it reached (no epoch evaluated yet), sealed for upload.
+    first = json.loads((out / "segment-1" / "metrics.json").read_text())
+    assert {k: first[k] for k in ("steps", "total_steps", "exported_step", "stopped")} == {
+        "steps": 14,
+        "total_steps": 40,
+        "exported_step": 14,
+        "stopped": "the segment's end",
+    }
+    assert first["stopped_early"] is False and first["validation_loss"] is None
+    assert len(read_history(out / "segment-1" / "history.jsonl")) == 14
+    assert (out / "segment-1" / "model" / "manifest.json").is_file()
 
     resumed = run_training(ledger, out, settings)  # the last segment: no --segment, to the end
-    assert resumed["resumed_from_step"] == 14
+    assert resumed["resumed_from_step"] == 14 and resumed["stopped"] == "every epoch ran"
     for key in ("steps", "train_loss", "validation_loss", "validation_accuracy"):
         assert resumed[key] == reference[key], key
 
@@ -271,7 +281,7 @@ def test_a_run_resumes_on_another_number_of_processes_keeping_the_global_batch(
     out = tmp_path / "resumed"
     command, env = train_command(ledger, out, settings, first, segment=1)
     subprocess.run(command, cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
-    run_dir = Path(json.loads((out / "1.json").read_text())["run_dir"])
+    run_dir = Path(json.loads((out / "segment-1" / "marker.json").read_text())["run_dir"])
     written = json.loads((run_dir / "step-000000010" / "manifest.json").read_text())
     assert written["world_size"] == (first or 1) and written["global_batch_size"] == 16
     assert written["samples_seen"] == 160  # a whole epoch: 10 steps of 16 rows
@@ -302,7 +312,8 @@ def test_a_checkpoint_without_a_trained_weight_is_refused_on_resume(
     settings = tiny_settings(tiny_bert, epochs=1, segments=2)
     command, env = train_command(ledger, tmp_path, settings, None, segment=1)
     subprocess.run(command, cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
-    checkpoint = Path(json.loads((tmp_path / "1.json").read_text())["run_dir"]) / "step-000000010"
+    marker = json.loads((tmp_path / "segment-1" / "marker.json").read_text())
+    checkpoint = Path(marker["run_dir"]) / "step-000000010"
     # One adapter weight gone from DeepSpeed's file, the manifest sealed again over the change.
     states = checkpoint / "deepspeed" / "mp_rank_00_model_states.pt"
     saved = torch.load(states, weights_only=False)

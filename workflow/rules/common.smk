@@ -45,6 +45,8 @@ TRAIN_SEGMENTS = config["train"]["segments"]
 # Resumable training state: deliberately not a rule output, since Snakemake deletes outputs
 # before it re-runs a job, and a resumed job needs exactly these files.
 CHECKPOINT_DIR = "checkpoints/train"
+# The trained model: the last segment's outputs (see workflow/rules/train.smk).
+TRAINED = f"results/train/segment-{TRAIN_SEGMENTS}"
 RECEIPTS_DIR = "results/upload/receipts"
 # Written when the workflow starts, read by every job: see workflow/rules/tracking.smk.
 RUN_FILE = "results/tracking/run.json"
@@ -111,15 +113,11 @@ def train_inputs():
 
 def previous_segment(wildcards):
     segment = int(wildcards.segment)
-    return [f"results/train/segments/{segment - 1}.json"] if segment > 1 else []
-
-
-def last_segment_before_final():
-    return (
-        [f"results/train/segments/{TRAIN_SEGMENTS - 1}.json"]
-        if TRAIN_SEGMENTS > 1
-        else []
-    )
+    if not 1 <= segment <= TRAIN_SEGMENTS:
+        raise ValueError(
+            f"segment {segment} is not one of 1..{TRAIN_SEGMENTS} (train.segments)"
+        )
+    return [f"results/train/segment-{segment - 1}/marker.json"] if segment > 1 else []
 
 
 def train_resources():
@@ -202,7 +200,7 @@ def predict_inputs(wildcards):
     """
     inputs = {
         "records": config["predict"]["inputs"][wildcards.name],
-        "model": "results/train/model",
+        "model": f"{TRAINED}/model",
         "baseline_model": "results/baseline/model.joblib",
         "evaluation": "results/evaluate/metrics.json",
     }
@@ -215,7 +213,7 @@ def register_inputs(wildcards):
     """What the registered model is made of and judged by; the upload receipt where uploads
     are on (the model's tags link it)."""
     inputs = {
-        "model": "results/train/model",
+        "model": f"{TRAINED}/model",
         "baseline_model": "results/baseline/model.joblib",
         "evaluation": "results/evaluate/metrics.json",
         "test_predictions": "results/evaluate/test_predictions.parquet",

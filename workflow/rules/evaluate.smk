@@ -32,8 +32,8 @@ rule baseline:
 
 rule evaluate:
     input:
-        model="results/train/model",
-        history="results/train/history.jsonl",
+        model=f"{TRAINED}/model",
+        history=f"{TRAINED}/history.jsonl",
         validation="results/serialize/validation.parquet",
         test="results/serialize/test.parquet",
         train_records="results/split/train.parquet",

@@ -8,7 +8,7 @@
 
 rule upload_checkpoints:
     input:
-        marker="results/train/segments/{segment}.json",
+        marker="results/train/segment-{segment}/marker.json",
     output:
         "results/upload/checkpoints/segment-{segment}.json",
     log:
@@ -34,7 +34,7 @@ rule upload_checkpoints:
 
 rule upload_model:
     input:
-        "results/train/model",
+        f"{TRAINED}/model",
     output:
         "results/upload/model.json",
     log:

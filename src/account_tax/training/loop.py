@@ -89,10 +89,10 @@ class TrainPaths:
     validation: Path
     label_map: Path
     checkpoint_dir: Path
-    # The final outputs; a segment that stops before the last step writes none of them.
-    output_dir: Path | None = None
-    metrics: Path | None = None
-    history: Path | None = None
+    # Every segment's outputs: the best model so far, its metrics and the history so far.
+    output_dir: Path
+    metrics: Path
+    history: Path
     # Where a segment says which run folder and step it reached (for upload and retention).
     segment_marker: Path | None = None
 
@@ -475,11 +475,8 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
         start_step = resume[1]["step"]
         log.info("resuming from %s (step %d of %d)", resume[0], start_step, total_steps)
     if dist.is_main:
-        if paths.history is not None:
-            paths.history.parent.mkdir(parents=True, exist_ok=True)
-            paths.history.write_text(
-                "".join(json.dumps(r) + "\n" for r in history), encoding="utf-8"
-            )
+        paths.history.parent.mkdir(parents=True, exist_ok=True)
+        paths.history.write_text("".join(json.dumps(r) + "\n" for r in history), encoding="utf-8")
         log.info(
             "training: %d rows, %d classes, %d steps per epoch, %d epochs, %d process(es), %s, "
             "checkpoints in %s",
@@ -623,11 +620,10 @@ def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> 
     return step, stopped or ""
 
 
-def report_step(record: dict[str, Any], progress: Any, history: Path | None, epoch: int) -> None:
+def report_step(record: dict[str, Any], progress: Any, history: Path, epoch: int) -> None:
     """Rank 0: the step's record to the history file, the progress bar and, at an epoch's end,
     the log."""
-    if history is not None:
-        append_history(history, record)
+    append_history(history, record)
     progress.set_postfix(loss=f"{record['loss']:.4f}", samples_s=f"{record['samples_per_s']:.1f}")
     progress.update()
     if "validation_loss" in record:
@@ -648,21 +644,22 @@ def finish(
     stopped: str,
     mlflow_run_id: str | None,
 ) -> dict[str, Any]:
-    """Export the best epoch's model and return the metrics; rank 0 then calibrates the model,
-    represents the classes without rows by their texts, merges the adapter when asked and seals
-    the folder."""
+    """Export the best epoch's model so far and return the metrics; rank 0 then calibrates the
+    model, represents the classes without rows by their texts, merges the adapter when asked and
+    seals the folder."""
     dist, engine, history = run.dist, run.engine, run.history
     best = best_epoch(history, settings.early_stopping)
     if best is not None and best["step"] != step:
         # Every rank: the weights of the best epoch's checkpoint, as on a resume.
         load_checkpoint(engine, run.run_dir / step_name(best["step"]), dist, settings.seed)
     final = best or history[-1]
+    ended = stopped or ("every epoch ran" if step >= run.total_steps else "the segment's end")
     exported = {
         "step": final["step"],
         "epoch": final["epoch"],
         "metric": settings.early_stopping.metric if best else None,
         "value": best[settings.early_stopping.metric] if best else None,
-        "stopped": stopped or "every epoch ran",
+        "stopped": ended,
     }
     save_outputs(
         engine,
@@ -676,18 +673,20 @@ def finish(
         exported,
     )
     steps_per_epoch = run.steps_per_epoch
+    recent = history[-steps_per_epoch:]
     seconds = sum(r["seconds"] for r in history)
     metrics = {
         # Mean over the last epoch's steps: one step's loss is one small batch's.
-        "train_loss": sum(r["loss"] for r in history[-steps_per_epoch:]) / steps_per_epoch,
+        "train_loss": sum(r["loss"] for r in recent) / len(recent),
         # The exported model's: the best epoch's.
         "validation_loss": final.get("validation_loss"),
         "validation_accuracy": final.get("validation_accuracy"),
         "validation_macro_f1": final.get("validation_macro_f1"),
         "exported_step": final["step"],
         "stopped_early": bool(stopped),
-        "stopped": exported["stopped"],
+        "stopped": ended,
         "steps": step,
+        "total_steps": run.total_steps,
         "epochs": settings.epochs,
         "epochs_run": round(step / steps_per_epoch, 4),
         "train_rows": len(run.train_split),
@@ -723,9 +722,9 @@ def train(
     paths: TrainPaths,
     segment: int | None = None,
     mlflow_run_id: str | None = None,
-) -> dict[str, Any] | None:
+) -> dict[str, Any]:
     """Train, or resume from the newest complete checkpoint, up to the end of `segment` (all
-    steps when None); after the last step write the outputs and return the metrics.
+    steps when None), then export the best model so far and return its metrics.
 
     A segment ends with a checkpoint, so the next one, a separate process (and Snakemake job),
     resumes there while the checkpoint is uploaded.
@@ -741,8 +740,4 @@ def train(
             min(step, run.stop_step),
             run.total_steps,
         )
-    if run.stop_step < run.total_steps:
-        barrier()
-        torch_dist.destroy_process_group()
-        return None
     return finish(run, settings, paths, step, stopped, mlflow_run_id)
