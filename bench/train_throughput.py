@@ -27,6 +27,9 @@ Sides, each run in its own subprocess, one after the other, never two at once:
 * ours_compiled (not run unless named in --sides): ours with `train.compile` (the model through
   torch.compile, batches padded to length buckets). A step that compiled a graph (the first of
   each bucket) is left out of its figures and counted in `compile_s` instead.
+* ours_fsdp (not run unless named in --sides): ours with `train.backend: fsdp` (PyTorch FSDP2 in
+  place of DeepSpeed: the same loop, loss and optimizer settings; under bf16 the weights stay fp32
+  and each layer is cast to bf16 for its forward and backward).
 
 Throughput is counted per optimizer step on both sides: samples, real tokens (the attention
 mask's sum: padding is not counted), padded tokens (what the model computes on) and seconds. Ours
@@ -74,7 +77,7 @@ import numpy as np
 import polars as pl
 
 REPO = Path(__file__).resolve().parents[1]
-SIDES = ("ours", "hf", "hf_grouped", "ours_ungrouped", "ours_compiled")
+SIDES = ("ours", "hf", "hf_grouped", "ours_ungrouped", "ours_compiled", "ours_fsdp")
 DEFAULT_SIDES = ("ours", "hf", "hf_grouped")
 CASES = ("uniform", "skewed")
 TARGETS = {"uniform": 1.0, "skewed": 1.5}
@@ -165,11 +168,17 @@ def write_case(case: str, rows: int, long_share: float, seed: int, case_dir: Pat
 # ----------------------------------------------------------------------------- workers
 
 
-def settings_for(spec: dict[str, Any], group_by_length: bool, compile_model: bool = False):
+def settings_for(
+    spec: dict[str, Any],
+    group_by_length: bool,
+    compile_model: bool = False,
+    backend: str = "deepspeed",
+):
     from account_tax.training.settings import TrainSettings
 
     return TrainSettings.of(
         compile=compile_model,
+        backend=backend,
         model=spec["model"],
         max_length=spec["max_length"],
         epochs=spec["epochs"],
@@ -209,6 +218,7 @@ def run_ours(
     scratch: Path,
     group_by_length: bool,
     compile_model: bool = False,
+    backend: str = "deepspeed",
 ) -> dict:
     import torch
 
@@ -232,7 +242,7 @@ def run_ours(
         return out
 
     training.train_step = timed_step
-    settings = settings_for(spec, group_by_length, compile_model)
+    settings = settings_for(spec, group_by_length, compile_model, backend)
     paths = TrainPaths(
         train=case_dir / "train.parquet",
         validation=case_dir / "validation.parquet",
@@ -428,6 +438,7 @@ def worker(side: str, spec: dict[str, Any], case_dir: Path, result: Path) -> Non
                 Path(tmp),
                 group_by_length=side != "ours_ungrouped",
                 compile_model=side == "ours_compiled",
+                backend="fsdp" if side == "ours_fsdp" else "deepspeed",
             )
         else:
             out = run_hf(spec, case_dir, Path(tmp), group_by_length=side == "hf_grouped")
@@ -545,7 +556,7 @@ def pairs_to_compare(sides: dict[str, Any]) -> list[tuple[str, str]]:
         for other in ("hf", "hf_grouped"):
             if side == "ours" and f"{other}@{precision}" in sides:
                 pairs.append((name, f"{other}@{precision}"))
-        if side == "ours_compiled" and f"ours@{precision}" in sides:
+        if side in ("ours_compiled", "ours_fsdp") and f"ours@{precision}" in sides:
             pairs.append((name, f"ours@{precision}"))
         if precision != "fp32" and f"{side}@fp32" in sides:
             pairs.append((name, f"{side}@fp32"))

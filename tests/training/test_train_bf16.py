@@ -16,11 +16,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ["deepspeed", "fsdp"])
 def test_auto_precision_trains_resumes_and_predicts_in_the_cpus_best_format(
-    ledger, tiny_bert, tiny_settings, run_training, train_command, tmp_path
+    ledger, tiny_bert, tiny_settings, run_training, train_command, tmp_path, backend
 ):
     expected = "bf16" if cpu_has_bf16() else "fp32"
-    settings = tiny_settings(tiny_bert, epochs=2, segments=2, precision="auto")
+    settings = tiny_settings(tiny_bert, epochs=2, segments=2, precision="auto", backend=backend)
     reference = run_training(ledger, tmp_path / "reference", settings)
     assert reference["precision"] == expected
     assert np.isfinite(reference["train_loss"]) and np.isfinite(reference["validation_loss"])

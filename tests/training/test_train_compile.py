@@ -3,6 +3,8 @@ buckets so that shapes repeat. Models without dropout here: compiled code draws 
 from another random stream, so only a model without dropout can give the eager losses."""
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +14,8 @@ from account_tax.training.loop import compiled_graphs
 from account_tax.training.loss import forward_loss
 from account_tax.training.model import add_lora, build_model, load_tokenizer
 from account_tax.training.settings import LoraSettings
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_buckets_are_powers_of_two_up_to_max_length():
@@ -90,3 +94,25 @@ def test_compiled_training_gives_the_eager_losses(
     # Training and validation each meet at most one graph per bucket (16, 32 and 48 here).
     assert eager["compiled_graphs"] is None
     assert 2 <= compiled["compiled_graphs"] <= 2 * len(length_buckets(48))
+
+
+@pytest.mark.parametrize(
+    ("backend", "zero"), [("deepspeed", "zero3"), ("fsdp", "zero2")], ids=["zero3", "fsdp"]
+)
+def test_compile_is_refused_where_parameters_are_gathered_per_layer(
+    ledger, tiny_bert, tiny_settings, train_command, tmp_path, backend, zero
+):
+    """ZeRO-3 and FSDP gather every layer's sharded weights at run time; the compiled step is
+    built and tested for unsharded weights only, so it is refused there before any model is
+    built, not left to fail or silently recompile."""
+    settings = tiny_settings(
+        tiny_bert,
+        compile=True,
+        backend=backend,
+        deepspeed_config=str(REPO / "config" / "deepspeed" / f"{zero}.json"),
+    )
+    command, env = train_command(ledger, tmp_path, settings, None)
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "train.compile runs under DeepSpeed ZeRO stages 0 to 2, not 3 or fsdp" in result.stderr
+    assert not (tmp_path / "model").exists()

@@ -4,6 +4,7 @@ without a launcher and in two under torchrun, killed and resumed."""
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -83,15 +84,16 @@ def kill_after_checkpoint(command, env, run_root, step, log):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("zero", ["zero2", "zero3"])
+@pytest.mark.parametrize(("backend", "zero"), [("deepspeed", 2), ("deepspeed", 3), ("fsdp", None)])
 def test_two_processes_killed_and_resumed_end_as_an_uninterrupted_run(
-    ledger, tiny_bert, tiny_settings, run_training, train_command, tmp_path, zero
+    ledger, tiny_bert, tiny_settings, run_training, train_command, tmp_path, backend, zero
 ):
     settings = tiny_settings(
         tiny_bert,
         epochs=3,
         gradient_accumulation_steps=2,
-        deepspeed_config=str(REPO / "config" / "deepspeed" / f"{zero}.json"),
+        backend=backend,
+        deepspeed_config=str(REPO / "config" / "deepspeed" / f"zero{zero or 2}.json"),
     )
     reference = run_training(ledger, tmp_path / "reference", settings, processes=2)
 
@@ -189,13 +191,16 @@ def test_one_process_without_launcher_decoder_zero3_and_inference(
     assert np.allclose(merged_probabilities, probabilities, atol=1e-5)
 
 
+@pytest.mark.parametrize("backend", ["deepspeed", "fsdp"])
 def test_full_fine_tuning_without_validation_rows_saves_the_whole_model(
-    ledger, tiny_bert, tiny_settings, run_training, tmp_path
+    ledger, tiny_bert, tiny_settings, run_training, tmp_path, backend
 ):
     """Also split.validation_fraction 0: an empty validation split, no validation metrics."""
     empty = tmp_path / "validation.parquet"
     pl.read_parquet(ledger["validation"]).clear().write_parquet(empty)
-    settings = tiny_settings(tiny_bert, epochs=1, lora={"enabled": False}, learning_rate=1e-3)
+    settings = tiny_settings(
+        tiny_bert, epochs=1, lora={"enabled": False}, learning_rate=1e-3, backend=backend
+    )
     metrics = run_training(ledger | {"validation": empty}, tmp_path, settings)
 
     model_dir = tmp_path / "model"
@@ -257,9 +262,10 @@ def test_segment_ends():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ["deepspeed", "fsdp"])
 @pytest.mark.parametrize(("first", "then"), [(2, None), (None, 2)])
 def test_a_run_resumes_on_another_number_of_processes_keeping_the_global_batch(
-    ledger, tiny_bert, tiny_settings, run_training, train_command, tmp_path, first, then
+    ledger, tiny_bert, tiny_settings, run_training, train_command, tmp_path, first, then, backend
 ):
     """2 → 1 and 1 → 2 processes (None: one, without a launcher). Without dropout the only
     difference from an uninterrupted run is the order in which gradients are summed."""
@@ -275,6 +281,7 @@ def test_a_run_resumes_on_another_number_of_processes_keeping_the_global_batch(
         segments=2,
         gradient_accumulation_steps=accumulation,
         lora={"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0},
+        backend=backend,
     )
     reference = run_training(ledger, tmp_path / "reference", settings, processes=first)
 
@@ -305,16 +312,8 @@ def test_a_run_resumes_on_another_number_of_processes_keeping_the_global_batch(
         torch.testing.assert_close(trained[name], tensor, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.slow
-def test_a_checkpoint_without_a_trained_weight_is_refused_on_resume(
-    ledger, tiny_bert, tiny_settings, train_command, tmp_path
-):
-    settings = tiny_settings(tiny_bert, epochs=1, segments=2)
-    command, env = train_command(ledger, tmp_path, settings, None, segment=1)
-    subprocess.run(command, cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
-    marker = json.loads((tmp_path / "segment-1" / "marker.json").read_text())
-    checkpoint = Path(marker["run_dir"]) / "step-000000010"
-    # One adapter weight gone from DeepSpeed's file, the manifest sealed again over the change.
+def drop_deepspeed_weight(checkpoint):
+    """One adapter weight gone from DeepSpeed's file; its name."""
     states = checkpoint / "deepspeed" / "mp_rank_00_model_states.pt"
     saved = torch.load(states, weights_only=False)
     lost = next(name for name in saved["module"] if "lora_B" in name)
@@ -323,8 +322,36 @@ def test_a_checkpoint_without_a_trained_weight_is_refused_on_resume(
         {k: v for k, v in g.items() if k != lost} for g in saved["param_shapes"]
     ]
     torch.save(saved, states)
+    return lost
+
+
+def drop_fsdp_weight(checkpoint):
+    """One adapter weight gone from the distributed checkpoint's metadata; its name."""
+    path = checkpoint / "fsdp" / ".metadata"
+    metadata = pickle.loads(path.read_bytes())
+    lost = next(key for key in metadata.state_dict_metadata if "lora_B" in key)
+    del metadata.state_dict_metadata[lost]
+    path.write_bytes(pickle.dumps(metadata))
+    return lost.removeprefix("model.")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("backend", "drop_weight"), [("deepspeed", drop_deepspeed_weight), ("fsdp", drop_fsdp_weight)]
+)
+def test_a_checkpoint_without_a_trained_weight_is_refused_on_resume(
+    ledger, tiny_bert, tiny_settings, train_command, tmp_path, backend, drop_weight
+):
+    settings = tiny_settings(tiny_bert, epochs=1, segments=2, backend=backend)
+    command, env = train_command(ledger, tmp_path, settings, None, segment=1)
+    subprocess.run(command, cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
+    marker = json.loads((tmp_path / "segment-1" / "marker.json").read_text())
+    checkpoint = Path(marker["run_dir"]) / "step-000000010"
+    lost = drop_weight(checkpoint)
+    # The manifest sealed again over the change: only the check of the names can catch it.
     manifest = json.loads((checkpoint / "manifest.json").read_text())
-    manifest["files"]["deepspeed/mp_rank_00_model_states.pt"] = sha256_file(states)
+    for name in manifest["files"]:
+        manifest["files"][name] = sha256_file(checkpoint / name)
     (checkpoint / "manifest.json").write_text(json.dumps(manifest))
 
     command, env = train_command(ledger, tmp_path, settings, None)

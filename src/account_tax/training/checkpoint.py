@@ -1,13 +1,15 @@
 """Resumable training state: atomic checkpoints with a manifest, and finding the one to resume.
 
 Layout: `<checkpoint-dir>/run-<fingerprint>/step-<step>/`, holding DeepSpeed's files (every rank
-writes its own optimizer shard), one RNG state per rank, the step history, the trained weights
-and their Adam moments whole (`trainable_state.pt`, ZeRO-2: what a resume on another number
-of processes loads), and `manifest.json` with the sha256 of every other file. A checkpoint is
-written under a staging name, the manifest goes in last, and only then is the folder renamed: a
-folder named `step-*` with a manifest that matches its files is complete, anything else is
-ignored. The fingerprint covers the inputs and every setting that changes the result (not the
-number of processes), so a changed config starts afresh instead of resuming a different run.
+writes its own optimizer shard) or, under FSDP, a torch distributed checkpoint (every rank writes
+its shards; any number of processes loads it), one RNG state per rank, the step history, under
+ZeRO-2 the trained weights and their Adam moments whole (`trainable_state.pt`: what a resume on
+another number of processes loads), and `manifest.json` with the sha256 of every other file.
+A checkpoint is written under a staging name, the manifest goes in last, and only then is the
+folder renamed: a folder named `step-*` with a manifest that matches its files is complete,
+anything else is ignored. The fingerprint covers the inputs and every setting that changes the
+result (not the number of processes), so a changed config starts afresh instead of resuming a
+different run.
 """
 
 from __future__ import annotations
@@ -47,11 +49,13 @@ from account_tax.training.distributed import (
     broadcast_from_main,
     gather_from_all,
 )
+from account_tax.training.fsdp import FsdpEngine
 
 log = logging.getLogger(__name__)
 
 HISTORY = "history.jsonl"
 DEEPSPEED_TAG = "deepspeed"
+FSDP_TAG = "fsdp"
 # The trained parameters and their Adam moments whole, for a resume on another number of
 # processes (DeepSpeed's own files are one optimizer shard per rank).
 TRAINABLE_STATE = "trainable_state.pt"
@@ -123,7 +127,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(
-    engine: DeepSpeedEngine,
+    engine: DeepSpeedEngine | FsdpEngine,
     run_dir: Path,
     dist: Distributed,
     manifest: dict[str, Any],
@@ -142,13 +146,16 @@ def save_checkpoint(
         staging.mkdir(parents=True)
     barrier()
     # Frozen base weights are not saved: they come from the base model on resume.
-    engine.save_checkpoint(
-        staging, tag=DEEPSPEED_TAG, save_latest=False, exclude_frozen_parameters=True
-    )
+    if isinstance(engine, FsdpEngine):
+        engine.save(staging / FSDP_TAG, dist.is_main)
+    else:
+        engine.save_checkpoint(
+            staging, tag=DEEPSPEED_TAG, save_latest=False, exclude_frozen_parameters=True
+        )
     torch.save(rng_state(), staging / f"rng_state_rank{dist.rank}.pt")
     # ZeRO-2's optimizer (ZeRO-1's too in fp32); ZeRO-3 and bf16 under ZeRO-1 partition
     # differently: their checkpoints resume on the same number of processes only.
-    if isinstance(engine.optimizer, DeepSpeedZeroOptimizer):
+    if isinstance(getattr(engine, "optimizer", None), DeepSpeedZeroOptimizer):
         state = trainable_state(engine)  # a collective
         if dist.is_main:
             torch.save(state, staging / TRAINABLE_STATE)
@@ -286,27 +293,41 @@ def require_trained_names(trained: Iterable[str], saved: Iterable[str], source: 
         )
 
 
+def resumes_on_any_process_count(manifest: dict[str, Any]) -> bool:
+    """FSDP's distributed checkpoints reshard on load; of DeepSpeed's, those with a trainable
+    state (ZeRO-2)."""
+    return manifest["backend"] == "fsdp" or TRAINABLE_STATE in manifest["files"]
+
+
 def load_checkpoint(
-    engine: DeepSpeedEngine, directory: Path, dist: Distributed, seed: int
+    engine: DeepSpeedEngine | FsdpEngine, directory: Path, dist: Distributed, seed: int
 ) -> list[dict[str, Any]]:
     """Restore model, optimizer, scheduler and this rank's RNG; return the step history.
 
-    A checkpoint written by another number of processes (ZeRO-2) loads from its trainable
-    state instead of DeepSpeed's per-rank shards, which DeepSpeed will not re-partition; its ranks'
-    RNG states do not map onto these ranks, which are seeded from `seed`, the step and their rank
-    instead.
+    A checkpoint written by another number of processes loads resharded (FSDP) or from its
+    trainable state (ZeRO-2) instead of DeepSpeed's per-rank shards, which DeepSpeed will not
+    re-partition; its ranks' RNG states do not map onto these ranks, which are seeded from
+    `seed`, the step and their rank instead.
     """
     manifest = read_manifest(directory).fields
-    if manifest["world_size"] == dist.world_size:
+    same_ranks = manifest["world_size"] == dist.world_size
+    if isinstance(engine, FsdpEngine):
+        require_trained_names(
+            engine.trained_names(), engine.saved_names(directory / FSDP_TAG), directory / FSDP_TAG
+        )
+        engine.load(directory / FSDP_TAG)
+    elif same_ranks:
         check_trained_names(engine, directory)
         # Not strict: the frozen base weights were left out on save and are already in place.
         loaded, _ = engine.load_checkpoint(directory, tag=DEEPSPEED_TAG, load_module_strict=False)
         if loaded is None:
             raise RuntimeError(f"{directory}: DeepSpeed could not load the checkpoint")
+    else:
+        load_trainable_state(engine, directory)
+    if same_ranks:
         # Our own file, checked against the manifest's sha256; it holds Python and NumPy objects.
         set_rng_state(torch.load(directory / f"rng_state_rank{dist.rank}.pt", weights_only=False))
     else:
-        load_trainable_state(engine, directory)
         set_seed(seed + manifest["step"] * dist.world_size + dist.rank)
     lines = (directory / HISTORY).read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines]

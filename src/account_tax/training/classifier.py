@@ -125,11 +125,22 @@ def load_backbone(model_dir: Path, dtype: torch.dtype = torch.float32) -> PreTra
     return AutoModel.from_pretrained(model_dir, dtype=dtype, use_cache=False)
 
 
-def save_full_classifier(model: TextClassifier, folder: Path) -> None:
-    """Backbone in the Hugging Face form and the head beside it."""
-    model.backbone.save_pretrained(folder)
-    state = {name: tensor.contiguous() for name, tensor in model.classifier.state_dict().items()}
-    save_file(state, folder / HEAD_WEIGHTS)
+def save_full_classifier(
+    model: TextClassifier, folder: Path, state: dict[str, torch.Tensor] | None = None
+) -> None:
+    """Backbone in the Hugging Face form and the head beside it; `state`: the model's weights
+    where the model itself holds shards of them (FSDP)."""
+    state = state or model.state_dict()
+    parts = {
+        part: {
+            name.removeprefix(f"{part}."): tensor.contiguous()
+            for name, tensor in state.items()
+            if name.startswith(f"{part}.")
+        }
+        for part in ("backbone", "classifier")
+    }
+    model.backbone.save_pretrained(folder, state_dict=parts["backbone"])
+    save_file(parts["classifier"], folder / HEAD_WEIGHTS)
 
 
 def load_full_classifier(

@@ -47,14 +47,15 @@ from account_tax.training.batching import (
     watched,
 )
 from account_tax.training.checkpoint import (
-    TRAINABLE_STATE,
     fingerprint,
     latest_checkpoint,
     load_checkpoint,
+    resumes_on_any_process_count,
     save_checkpoint,
 )
 from account_tax.training.classifier import hold_rows, save_full_classifier
 from account_tax.training.distributed import Distributed, barrier, init_distributed
+from account_tax.training.fsdp import FsdpEngine
 from account_tax.training.head_init import class_texts, init_head_from_texts, resolve_head_init
 from account_tax.training.loss import class_weights, forward_loss, label_counts
 from account_tax.training.model import (
@@ -71,6 +72,9 @@ from account_tax.training.settings import RUN_ONLY_KEYS, EarlyStoppingSettings, 
 from account_tax.training.stop_signals import StopRequest, TrainingStopped, stop_after_step
 
 log = logging.getLogger(__name__)
+
+# train.backend: the loop uses the part of DeepSpeed's engine interface that FsdpEngine also has.
+Engine = deepspeed.DeepSpeedEngine | FsdpEngine
 
 # The DeepSpeed values that depend on the number of processes.
 PROCESS_COUNT_KEYS = ("train_batch_size", "gradient_accumulation_steps")
@@ -147,7 +151,7 @@ def parameter_groups(model: torch.nn.Module, settings: TrainSettings) -> list[di
 
 
 def train_step(
-    engine: deepspeed.DeepSpeedEngine,
+    engine: Engine,
     batches: Iterator[dict[str, torch.Tensor]],
     accumulation: int,
     weights: torch.Tensor,
@@ -183,7 +187,7 @@ def compiled_graphs() -> int:
 
 @torch.no_grad()
 def evaluate(
-    engine: deepspeed.DeepSpeedEngine,
+    engine: Engine,
     split: TokenizedSplit,
     tokenizer: PreTrainedTokenizerBase,
     weights: torch.Tensor,
@@ -255,7 +259,7 @@ def stop_reason(history: list[dict[str, Any]], stopping: EarlyStoppingSettings) 
 
 
 def save_outputs(
-    engine: deepspeed.DeepSpeedEngine,
+    engine: Engine,
     tokenizer: PreTrainedTokenizerBase,
     settings: TrainSettings,
     paths: TrainPaths,
@@ -266,17 +270,25 @@ def save_outputs(
     exported: dict[str, Any],
 ) -> None:
     """The adapter (or the whole model) with tokenizer, label map and provenance; every rank
-    calls this, because under ZeRO-3 the weights are gathered from all of them."""
+    calls this, because under ZeRO-3 and FSDP the weights are gathered from all of them."""
     model = engine.module
-    # Under ZeRO-3 each rank holds a slice of every weight: gather the ones that are saved.
-    saved = list(model.parameters())
-    if settings.lora.enabled:
-        saved = [p for p in saved if p.requires_grad]
-    with deepspeed.zero.GatheredParameters(saved, enabled=engine.zero_optimization_stage() == 3):
+    if isinstance(engine, FsdpEngine):
+        state = engine.full_state_dict()  # a collective
         if dist.is_main and settings.lora.enabled:
-            model.save_pretrained(paths.output_dir)
+            model.save_pretrained(paths.output_dir, state_dict=state)
         elif dist.is_main:
-            save_full_classifier(model, paths.output_dir)
+            save_full_classifier(model, paths.output_dir, state)
+    else:
+        # Under ZeRO-3 each rank holds a slice of every weight: gather the ones that are saved.
+        saved = list(model.parameters())
+        if settings.lora.enabled:
+            saved = [p for p in saved if p.requires_grad]
+        stage3 = engine.zero_optimization_stage() == 3
+        with deepspeed.zero.GatheredParameters(saved, enabled=stage3):
+            if dist.is_main and settings.lora.enabled:
+                model.save_pretrained(paths.output_dir)
+            elif dist.is_main:
+                save_full_classifier(model, paths.output_dir)
     if dist.is_main:
         tokenizer.save_pretrained(paths.output_dir)
         shutil.copyfile(paths.label_map, paths.output_dir / LABEL_MAP)
@@ -349,11 +361,11 @@ def kept_accumulation(
         return accumulation
     directory, manifest = resume
     written_by, global_batch = manifest["world_size"], manifest["global_batch_size"]
-    if TRAINABLE_STATE not in manifest["files"] and written_by != world_size:
+    if not resumes_on_any_process_count(manifest) and written_by != world_size:
         raise ValueError(
             f"{directory}: a ZeRO-{manifest['zero_stage']} checkpoint written by {written_by}"
             f" process(es) resumes only on {written_by}, not {world_size} (ZeRO-2, the default,"
-            " resumes on any count)"
+            " and train.backend fsdp resume on any count)"
         )
     per_step = settings.per_device_batch_size * world_size
     if global_batch % per_step:
@@ -381,7 +393,7 @@ class TrainingRun:
     """What setup prepares for the epochs and the finish: the engine, the data, the plan."""
 
     dist: Distributed
-    engine: deepspeed.DeepSpeedEngine
+    engine: Engine
     tokenizer: PreTrainedTokenizerBase
     label_map: dict[str, Any]
     model_dir: Path
@@ -422,8 +434,9 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
     accumulation = kept_accumulation(settings, resume, dist.world_size)
     ds_config = deepspeed_config(settings, precision, dist.world_size, accumulation)
     # Before any model is built: the file says the stage.
-    if settings.compile and ds_config.get("zero_optimization", {}).get("stage", 0) >= 3:
-        raise ValueError("train.compile runs under ZeRO stages 0 to 2, not 3")
+    zero_stage = ds_config.get("zero_optimization", {}).get("stage", 0)
+    if settings.compile and (settings.backend == "fsdp" or zero_stage >= 3):
+        raise ValueError("train.compile runs under DeepSpeed ZeRO stages 0 to 2, not 3 or fsdp")
 
     batch_size = settings.per_device_batch_size
     num_batches = math.ceil(len(train_split) / batch_size)
@@ -446,16 +459,21 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
     hold_rows(model.classifier, torch.from_numpy(unseen))
     head_init["held_classes"] = int(unseen.sum())
     model = prepare_for_training(model, settings.lora, settings.gradient_checkpointing)
-    engine, *_ = deepspeed.initialize(
-        model=model,
-        model_parameters=parameter_groups(model, settings),
-        config=ds_config,
-        lr_scheduler=partial(
-            get_linear_schedule_with_warmup,
-            num_warmup_steps=round(settings.warmup_ratio * total_steps),
-            num_training_steps=total_steps,
-        ),
+    scheduler = partial(
+        get_linear_schedule_with_warmup,
+        num_warmup_steps=round(settings.warmup_ratio * total_steps),
+        num_training_steps=total_steps,
     )
+    if settings.backend == "fsdp":
+        groups = partial(parameter_groups, settings=settings)
+        engine = FsdpEngine(model, groups, ds_config, precision, accumulation, scheduler, dist)
+    else:
+        engine, *_ = deepspeed.initialize(
+            model=model,
+            model_parameters=parameter_groups(model, settings),
+            config=ds_config,
+            lr_scheduler=scheduler,
+        )
 
     buckets = None
     if settings.compile:
@@ -587,6 +605,7 @@ def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> 
                         log.info("compiled graphs so far: %d", compiled_graphs())
                 if epoch_end or step % settings.checkpoint_every_steps == 0 or step == stop_step:
                     best = best_epoch(history, settings.early_stopping)
+                    fsdp = isinstance(engine, FsdpEngine)
                     manifest = {
                         "step": step,
                         "epoch": record["epoch"],
@@ -597,7 +616,8 @@ def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> 
                         "world_size": dist.world_size,
                         "global_batch_size": batch_size * accumulation * dist.world_size,
                         "samples_seen": sum(r["samples"] for r in history),
-                        "zero_stage": engine.zero_optimization_stage(),
+                        "backend": settings.backend,
+                        "zero_stage": None if fsdp else engine.zero_optimization_stage(),
                     }
                     save_checkpoint(engine, run.run_dir, dist, manifest, history)
                 if stop_votes:

@@ -67,6 +67,7 @@ class TrainSettings(SectionView):
     compile: bool
     class_weight_alpha: float
     deepspeed_config: str
+    backend: str
     precision: str
     group_by_length: bool
     checkpoint_every_steps: int
