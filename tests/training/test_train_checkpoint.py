@@ -83,10 +83,11 @@ def test_fingerprint_ignores_key_order_but_not_values():
     assert fingerprint({"a": 1}) != fingerprint({"a": 2})
 
 
-def resumed(world_size, global_batch, zero_stage=2):
-    files = {"trainable_state.pt": "…"} if zero_stage == 2 else {}
+def resumed(world_size, global_batch, zero_stage=2, backend="deepspeed"):
+    # ZeRO-2 and ZeRO-3 write the trainable state whole; ZeRO-1 in bf16 and FSDP do not.
+    files = {"trainable_state.pt": "…"} if backend == "deepspeed" and zero_stage >= 2 else {}
     manifest = {"world_size": world_size, "global_batch_size": global_batch, "files": files}
-    return Path("run/step-000000010"), manifest | {"zero_stage": zero_stage}
+    return Path("run/step-000000010"), manifest | {"zero_stage": zero_stage, "backend": backend}
 
 
 def test_a_resume_keeps_the_global_batch_or_says_why_it_cannot():
@@ -95,11 +96,15 @@ def test_a_resume_keeps_the_global_batch_or_says_why_it_cannot():
     assert kept_accumulation(settings, resumed(2, 16), world_size=2) == 1
     assert kept_accumulation(settings, resumed(2, 16), world_size=1) == 2
     assert kept_accumulation(settings, resumed(1, 32), world_size=2) == 2
+    assert kept_accumulation(settings, resumed(2, 16, zero_stage=3), world_size=1) == 2
+    # A distributed checkpoint reshards on load.
+    fsdp = resumed(2, 16, zero_stage=None, backend="fsdp")
+    assert kept_accumulation(settings, fsdp, world_size=1) == 2
     with pytest.raises(ValueError, match=r"written by 2 process\(es\) with a global batch of 16"):
         kept_accumulation(settings, resumed(2, 16), world_size=3)
-    with pytest.raises(ValueError, match="a ZeRO-3 checkpoint written by 2 process"):
-        kept_accumulation(settings, resumed(2, 16, zero_stage=3), world_size=1)
-    assert kept_accumulation(settings, resumed(2, 16, zero_stage=3), world_size=2) == 1
+    with pytest.raises(ValueError, match="a ZeRO-1 checkpoint written by 2 process"):
+        kept_accumulation(settings, resumed(2, 16, zero_stage=1), world_size=1)
+    assert kept_accumulation(settings, resumed(2, 16, zero_stage=1), world_size=2) == 1
 
 
 def test_the_run_fingerprint_leaves_out_the_process_count_only(tmp_path):
@@ -108,6 +113,9 @@ def test_the_run_fingerprint_leaves_out_the_process_count_only(tmp_path):
         validation=tmp_path / "validation.parquet",
         label_map=tmp_path / "label_map.json",
         checkpoint_dir=tmp_path,
+        output_dir=tmp_path / "model",
+        metrics=tmp_path / "metrics.json",
+        history=tmp_path / "history.jsonl",
     )
     for path in (paths.train, paths.validation, paths.label_map):
         path.write_text(path.name)

@@ -262,10 +262,19 @@ def test_segment_ends():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["deepspeed", "fsdp"])
+@pytest.mark.parametrize(("backend", "zero"), [("deepspeed", 2), ("deepspeed", 3), ("fsdp", None)])
 @pytest.mark.parametrize(("first", "then"), [(2, None), (None, 2)])
 def test_a_run_resumes_on_another_number_of_processes_keeping_the_global_batch(
-    ledger, tiny_bert, tiny_settings, run_training, train_command, tmp_path, first, then, backend
+    ledger,
+    tiny_bert,
+    tiny_settings,
+    run_training,
+    train_command,
+    tmp_path,
+    first,
+    then,
+    backend,
+    zero,
 ):
     """2 → 1 and 1 → 2 processes (None: one, without a launcher). Without dropout the only
     difference from an uninterrupted run is the order in which gradients are summed."""
@@ -282,6 +291,7 @@ def test_a_run_resumes_on_another_number_of_processes_keeping_the_global_batch(
         gradient_accumulation_steps=accumulation,
         lora={"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0},
         backend=backend,
+        deepspeed_config=str(REPO / "config" / "deepspeed" / f"zero{zero or 2}.json"),
     )
     reference = run_training(ledger, tmp_path / "reference", settings, processes=first)
 
@@ -292,6 +302,11 @@ def test_a_run_resumes_on_another_number_of_processes_keeping_the_global_batch(
     written = json.loads((run_dir / "step-000000010" / "manifest.json").read_text())
     assert written["world_size"] == (first or 1) and written["global_batch_size"] == 16
     assert written["samples_seen"] == 160  # a whole epoch: 10 steps of 16 rows
+    # What a resume on another count reads: a form no rank count is built into.
+    if backend == "fsdp":
+        assert ".metadata" in {Path(name).name for name in written["files"]}
+    else:
+        assert "trainable_state.pt" in written["files"]
 
     resumed = run_training(ledger, out, settings, processes=then)
     # The same run folder, not a fresh start: the fingerprint leaves out the process count.

@@ -3,8 +3,8 @@
 Layout: `<checkpoint-dir>/run-<fingerprint>/step-<step>/`, holding DeepSpeed's files (every rank
 writes its own optimizer shard) or, under FSDP, a torch distributed checkpoint (every rank writes
 its shards; any number of processes loads it), one RNG state per rank, the step history, under
-ZeRO-2 the trained weights and their Adam moments whole (`trainable_state.pt`: what a resume on
-another number of processes loads), and `manifest.json` with the sha256 of every other file.
+ZeRO-2 and ZeRO-3 the trained weights and their Adam moments whole (`trainable_state.pt`: what a
+resume on another number of processes loads), and `manifest.json` with the sha256 of every other file.
 A checkpoint is written under a staging name, the manifest goes in last, and only then is the
 folder renamed: a folder named `step-*` with a manifest that matches its files is complete,
 anything else is ignored. The fingerprint covers the inputs and every setting that changes the
@@ -28,7 +28,9 @@ import numpy as np
 import torch
 import torch.distributed as torch_dist
 from deepspeed import DeepSpeedEngine
+from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3
 from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
 from transformers import set_seed
 
 from account_tax.io import sha256_file
@@ -60,6 +62,8 @@ FSDP_TAG = "fsdp"
 # processes (DeepSpeed's own files are one optimizer shard per rank).
 TRAINABLE_STATE = "trainable_state.pt"
 ADAM_MOMENTS = ("exp_avg", "exp_avg_sq")
+# The optimizers whose trainable state is saved whole (see trainable_state).
+ZERO_OPTIMIZERS = (DeepSpeedZeroOptimizer, DeepSpeedZeroOptimizer_Stage3)
 
 
 def fingerprint(values: dict[str, Any]) -> str:
@@ -153,9 +157,9 @@ def save_checkpoint(
             staging, tag=DEEPSPEED_TAG, save_latest=False, exclude_frozen_parameters=True
         )
     torch.save(rng_state(), staging / f"rng_state_rank{dist.rank}.pt")
-    # ZeRO-2's optimizer (ZeRO-1's too in fp32); ZeRO-3 and bf16 under ZeRO-1 partition
-    # differently: their checkpoints resume on the same number of processes only.
-    if isinstance(getattr(engine, "optimizer", None), DeepSpeedZeroOptimizer):
+    # ZeRO-2 and ZeRO-3 (ZeRO-1 too in fp32); bf16 under ZeRO-1 partitions differently: its
+    # checkpoints resume on the same number of processes only.
+    if isinstance(getattr(engine, "optimizer", None), ZERO_OPTIMIZERS):
         state = trainable_state(engine)  # a collective
         if dist.is_main:
             torch.save(state, staging / TRAINABLE_STATE)
@@ -178,6 +182,24 @@ def save_checkpoint(
         clear_staging(run_dir)
         log.info("checkpoint %s written", final)
     barrier()
+
+
+def fp32_partitions(engine: DeepSpeedEngine) -> list[torch.Tensor]:
+    """This rank's flat fp32 partition of each parameter group: the tensors the optimizer steps."""
+    if isinstance(engine.optimizer, DeepSpeedZeroOptimizer_Stage3):
+        return engine.optimizer.fp32_partitioned_groups_flat
+    return engine.optimizer.single_partition_of_fp32_groups
+
+
+def set_zero3_part(part: torch.Tensor, whole: torch.Tensor) -> None:
+    """Copy this rank's part of a whole ZeRO-3 parameter into `part`. Every rank's part has the
+    same size, the last one padded past the parameter's end (DeepSpeed's safe_set_full_* leave the
+    padding out and cut past the end on the last rank wherever a parameter does not divide
+    evenly)."""
+    size = part.numel()
+    padded = torch.zeros(size * torch_dist.get_world_size(), dtype=torch.float32)
+    padded[: whole.numel()] = whole.flatten()
+    part.copy_(padded.narrow(0, size * torch_dist.get_rank(), size).to(part.dtype).view_as(part))
 
 
 def master_fragment(engine: DeepSpeedEngine, param: torch.nn.Parameter, key: str | None):
@@ -203,6 +225,11 @@ def master_fragment(engine: DeepSpeedEngine, param: torch.nn.Parameter, key: str
 def gather_master(engine: DeepSpeedEngine, param: torch.nn.Parameter, key: str | None):
     """A parameter's fp32 master weight (key None) or Adam moment, whole, on every rank (a
     collective: each rank adds the fragment its partition holds)."""
+    if isinstance(engine.optimizer, DeepSpeedZeroOptimizer_Stage3):
+        # A checkpoint follows a step, after which ZeRO-3 has the moments of every group.
+        if key is None:
+            return safe_get_full_fp32_param(param).cpu()
+        return safe_get_full_optimizer_state(param, key).cpu()
     whole = torch.zeros(param.numel(), dtype=torch.float32, device=param.device)
     fragment = master_fragment(engine, param, key)
     if fragment is not None:
@@ -225,7 +252,7 @@ def trainable_state(engine: DeepSpeedEngine) -> dict[str, Any]:
         # Per parameter group: a group whose partitions got no gradient yet has no state.
         "optimizer_steps": [
             int(state[partition]["step"]) if partition in state else None
-            for partition in engine.optimizer.single_partition_of_fp32_groups
+            for partition in fp32_partitions(engine)
         ],
         "lr_scheduler": engine.lr_scheduler.state_dict(),
         "global_steps": engine.global_steps,
@@ -246,15 +273,24 @@ def load_trainable_state(engine: DeepSpeedEngine, directory: Path) -> None:
     # Torch's AdamW creates its state at a group's first step; create it now, with the saved step
     # counts, so that the moments have somewhere to go.
     optimizer = engine.optimizer.optimizer
-    partitions = engine.optimizer.single_partition_of_fp32_groups
+    partitions = fp32_partitions(engine)
     for partition, step in zip(partitions, saved["optimizer_steps"], strict=True):
         if step is not None:
             optimizer.state[partition] = {
                 "step": torch.tensor(float(step)),
                 **{key: torch.zeros_like(partition) for key in ADAM_MOMENTS},
             }
+    zero3 = isinstance(engine.optimizer, DeepSpeedZeroOptimizer_Stage3)
     for name, param in trained.items():
         values = saved["params"][name]
+        if zero3:
+            set_zero3_part(param.ds_tensor.data, values["fp32"])
+            for key in (None, *ADAM_MOMENTS):
+                part, _ = engine.optimizer._get_fp32_opt_state_partition(
+                    param, release_swap_buffers=False, optim_state_key=key
+                )
+                set_zero3_part(part, values[key or "fp32"])
+            continue
         param.data.copy_(values["fp32"].to(param.dtype))
         for key in (None, *ADAM_MOMENTS):
             fragment = master_fragment(engine, param, key)
@@ -295,7 +331,7 @@ def require_trained_names(trained: Iterable[str], saved: Iterable[str], source: 
 
 def resumes_on_any_process_count(manifest: dict[str, Any]) -> bool:
     """FSDP's distributed checkpoints reshard on load; of DeepSpeed's, those with a trainable
-    state (ZeRO-2)."""
+    state (ZeRO-2 and ZeRO-3; not bf16 under ZeRO-1)."""
     return manifest["backend"] == "fsdp" or TRAINABLE_STATE in manifest["files"]
 
 
@@ -305,7 +341,7 @@ def load_checkpoint(
     """Restore model, optimizer, scheduler and this rank's RNG; return the step history.
 
     A checkpoint written by another number of processes loads resharded (FSDP) or from its
-    trainable state (ZeRO-2) instead of DeepSpeed's per-rank shards, which DeepSpeed will not
+    trainable state (ZeRO-2, ZeRO-3) instead of DeepSpeed's per-rank shards, which DeepSpeed will not
     re-partition; its ranks' RNG states do not map onto these ranks, which are seeded from
     `seed`, the step and their rank instead.
     """

@@ -365,7 +365,7 @@ def kept_accumulation(
         raise ValueError(
             f"{directory}: a ZeRO-{manifest['zero_stage']} checkpoint written by {written_by}"
             f" process(es) resumes only on {written_by}, not {world_size} (ZeRO-2, the default,"
-            " and train.backend fsdp resume on any count)"
+            " ZeRO-3 and train.backend fsdp resume on any count)"
         )
     per_step = settings.per_device_batch_size * world_size
     if global_batch % per_step:
