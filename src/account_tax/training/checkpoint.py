@@ -4,9 +4,9 @@ Layout: `<checkpoint-dir>/run-<fingerprint>/step-<step>/`, holding DeepSpeed's f
 writes its own optimizer shard) or, under FSDP, a torch distributed checkpoint (every rank writes
 its shards; any number of processes loads it), one RNG state per rank, the step history, under
 ZeRO-2 and ZeRO-3 the trained weights and their Adam moments whole (`trainable_state.pt`: what a
-resume on another number of processes loads), and `manifest.json` with the sha256 of every other file.
-A checkpoint is written under a staging name, the manifest goes in last, and only then is the
-folder renamed: a folder named `step-*` with a manifest that matches its files is complete,
+resume on another number of processes loads), and `manifest.json` with the sha256 of every other
+file. A checkpoint is written under a staging name, the manifest goes in last, and only then is
+the folder renamed: a folder named `step-*` with a manifest that matches its files is complete,
 anything else is ignored. The fingerprint covers the inputs and every setting that changes the
 result (not the number of processes), so a changed config starts afresh instead of resuming a
 different run.
@@ -341,8 +341,8 @@ def load_checkpoint(
     """Restore model, optimizer, scheduler and this rank's RNG; return the step history.
 
     A checkpoint written by another number of processes loads resharded (FSDP) or from its
-    trainable state (ZeRO-2, ZeRO-3) instead of DeepSpeed's per-rank shards, which DeepSpeed will not
-    re-partition; its ranks' RNG states do not map onto these ranks, which are seeded from
+    trainable state (ZeRO-2, ZeRO-3) instead of DeepSpeed's per-rank shards, which DeepSpeed will
+    not re-partition; its ranks' RNG states do not map onto these ranks, which are seeded from
     `seed`, the step and their rank instead.
     """
     manifest = read_manifest(directory).fields
