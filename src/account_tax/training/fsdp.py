@@ -75,7 +75,8 @@ class FsdpEngine:
         else:
             policy = MixedPrecisionPolicy()
         mesh = init_device_mesh(dist.device.type, (dist.world_size,))
-        model.to(dist.device)
+        # fully_shard moves each unit to the device as it shards it: a GPU never holds the whole
+        # model at once.
         layers = layer_classes(model)
         for module in model.modules():
             if type(module).__name__ in layers:
