@@ -139,26 +139,32 @@ def test_two_processes_killed_and_resumed_end_as_an_uninterrupted_run(
     }
 
 
-@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+@pytest.mark.parametrize(("lora", "processes"), [(True, 2), (False, None)], ids=["lora", "full"])
 def test_both_backends_train_the_same_steps_to_the_same_losses(
-    ledger, tiny_bert_without_dropout, tiny_settings, run_training, tmp_path, lora
+    ledger, tiny_bert_without_dropout, tiny_settings, run_training, tmp_path, lora, processes
 ):
     """The same loop, loss, optimizer (AdamW, weight decay by group, clipping) and schedule under
-    DeepSpeed and FSDP: without dropout, the same losses step for step, within the rounding of
-    summing in another order."""
+    DeepSpeed and FSDP, on one process and on two (each holding a shard of every gradient):
+    without dropout, the same losses step for step, within the rounding of summing in another
+    order. The gradients are clipped at every step, so the norm over the shards counts too."""
+    ds_config = json.loads((REPO / "config" / "deepspeed" / "zero2.json").read_text())
+    ds_config["gradient_clipping"] = 0.05
+    (tmp_path / "clipped.json").write_text(json.dumps(ds_config))
     settings = tiny_settings(
         tiny_bert_without_dropout,
         epochs=2,
-        gradient_accumulation_steps=2,
+        gradient_accumulation_steps=2 if processes is None else 1,
         lora={"enabled": lora, "r": 4, "alpha": 8, "dropout": 0.0},
         learning_rate=0.01 if lora else 1e-3,
+        deepspeed_config=str(tmp_path / "clipped.json"),
     )
     histories = {}
     for backend in ("deepspeed", "fsdp"):
-        run_training(ledger, tmp_path / backend, settings | {"backend": backend})
-        histories[backend] = read_history(tmp_path / backend / "history.jsonl")
+        out = tmp_path / backend
+        run_training(ledger, out, settings | {"backend": backend}, processes=processes)
+        histories[backend] = read_history(out / "history.jsonl")
     ours, theirs = histories["deepspeed"], histories["fsdp"]
-    assert len(ours) == len(theirs) == 20  # 160 rows, batches of 8, 2 per step, 2 epochs
+    assert len(ours) == len(theirs) == 20  # 160 rows, 16 a step, 2 epochs
     assert [r["lr"] for r in ours] == [r["lr"] for r in theirs]
     np.testing.assert_allclose([r["loss"] for r in theirs], [r["loss"] for r in ours], rtol=1e-4)
     for key in ("validation_loss", "validation_accuracy"):
