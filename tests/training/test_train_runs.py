@@ -139,6 +139,7 @@ def test_two_processes_killed_and_resumed_end_as_an_uninterrupted_run(
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("lora", "processes"), [(True, 2), (False, None)], ids=["lora", "full"])
 def test_both_backends_train_the_same_steps_to_the_same_losses(
     ledger, tiny_bert_without_dropout, tiny_settings, run_training, tmp_path, lora, processes
