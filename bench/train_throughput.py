@@ -28,8 +28,8 @@ Sides, each run in its own subprocess, one after the other, never two at once:
   torch.compile, batches padded to length buckets). A step that compiled a graph (the first of
   each bucket) is left out of its figures and counted in `compile_s` instead.
 * ours_fsdp (not run unless named in --sides): ours with `train.backend: fsdp` (PyTorch FSDP2 in
-  place of DeepSpeed: the same loop, loss and optimizer settings; under bf16 the weights stay fp32
-  and each layer is cast to bf16 for its forward and backward).
+  place of DeepSpeed: the same loop, loss and optimizer settings; under bf16 the frozen weights
+  stored in bf16 as DeepSpeed stores them, the trained ones' shards fp32).
 
 Throughput is counted per optimizer step on both sides: samples, real tokens (the attention
 mask's sum: padding is not counted), padded tokens (what the model computes on) and seconds. Ours
