@@ -12,13 +12,14 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 from s3_helpers import BUCKET, MIB, make_checkpoint, options
 
 from account_tax.io import sha256_file
+from account_tax.ports import free_ports
 from account_tax.storage.manifest import (
     MANIFEST,
     CheckpointBusy,
@@ -48,6 +49,10 @@ def upload(source, run_info, settings, receipts: Path) -> dict:
     return upload_checkpoint(
         source, source.name, run_info, settings, receipts / f"{source.name}.json"
     )
+
+
+def s3_of(settings):
+    return client(settings)
 
 
 def kept(report) -> dict[str, list[str]]:
@@ -143,7 +148,13 @@ def test_deletes_only_proven_checkpoints(tmp_path, upload_settings, run_info, ca
     (torn / "model.bin").write_bytes(b"half")
 
     caplog.set_level("INFO")
-    report = retain(tmp_path / "checkpoints", [receipts], KEEP_ONE, tmp_path / "report.json")
+    report = retain(
+        tmp_path / "checkpoints",
+        [receipts],
+        KEEP_ONE,
+        tmp_path / "report.json",
+        s3_of(upload_settings),
+    )
 
     assert json.loads((tmp_path / "report.json").read_text()) == report
     assert deleted(report) == ["step-000000100", "step-000000500"]
@@ -210,10 +221,12 @@ def test_checkpoint_under_its_first_upload_is_kept_until_the_receipt(
 
     with paused_upload(old, receipt, run_info, upload_settings) as sending:
         assert sending.wait(timeout=120)
-        report = retain(run_dir, [receipts], KEEP_ONE, tmp_path / "report.json")
+        report = retain(
+            run_dir, [receipts], KEEP_ONE, tmp_path / "report.json", s3_of(upload_settings)
+        )
         assert deleted(report) == []
         assert kept(report)[old.name] == ["no upload receipt"]
-    report = retain(run_dir, [receipts], KEEP_ONE, tmp_path / "report.json")
+    report = retain(run_dir, [receipts], KEEP_ONE, tmp_path / "report.json", s3_of(upload_settings))
 
     assert deleted(report) == [old.name]
     assert_stored(json.loads(receipt.read_text()), upload_settings)
@@ -227,14 +240,16 @@ def test_checkpoint_under_a_repeated_upload_is_locked(tmp_path, upload_settings,
 
     with paused_upload(old, receipts / "again.json", run_info, upload_settings) as sending:
         assert sending.wait(timeout=120)
-        report = retain(run_dir, [receipts], KEEP_ONE, tmp_path / "report.json")
+        report = retain(
+            run_dir, [receipts], KEEP_ONE, tmp_path / "report.json", s3_of(upload_settings)
+        )
         assert deleted(report) == []
         assert kept(report)[old.name] == ["locked: an upload of it is running"]
         assert (
             sha256_file(old / "model.bin")
             == json.loads((old / MANIFEST).read_text())["files"]["model.bin"]
         )
-    report = retain(run_dir, [receipts], KEEP_ONE, tmp_path / "report.json")
+    report = retain(run_dir, [receipts], KEEP_ONE, tmp_path / "report.json", s3_of(upload_settings))
 
     assert deleted(report) == [old.name]
 
@@ -326,7 +341,62 @@ def test_leftovers_of_interrupted_deletions_are_finished(tmp_path):
         folder.mkdir()
         (folder / "model.bin").write_bytes(b"x")
 
-    retain(tmp_path, [], KEEP_ONE, tmp_path / "report.json")
+    retain(tmp_path, [], KEEP_ONE, tmp_path / "report.json", s3=None)  # no receipt: S3 not asked
 
     assert not abandoned.exists()
     assert running.exists()
+
+
+def three_uploaded(tmp_path, upload_settings, run_info):
+    """Three uploaded checkpoints of one run (steps 100, 200, 300), 300 the one kept last."""
+    run_dir, receipts = tmp_path / "checkpoints" / "run-abc", tmp_path / "receipts"
+    made = [make_checkpoint(run_dir, step, {"model.bin": 1000}) for step in (100, 200, 300)]
+    uploaded = [upload(source, run_info, upload_settings, receipts) for source in made]
+    return run_dir, receipts, made, uploaded
+
+
+def test_a_checkpoint_whose_objects_left_s3_is_kept(tmp_path, upload_settings, run_info, caplog):
+    """Objects removed or replaced in S3 after the receipt was written (a lifecycle rule, a
+    person): the receipt alone proves nothing, the checkpoint stays and the log says why."""
+    run_dir, receipts, made, uploaded = three_uploaded(tmp_path, upload_settings, run_info)
+    s3 = client(upload_settings)
+    gone = next(o for o in uploaded[0]["objects"] if o["path"] == "model.bin")
+    s3.delete_object(Bucket=BUCKET, Key=gone["key"])
+    replaced = next(o for o in uploaded[1]["objects"] if o["path"] == MANIFEST)
+    s3.put_object(Bucket=BUCKET, Key=replaced["key"], Body=b"{}", ChecksumAlgorithm="SHA256")
+
+    caplog.set_level("INFO")
+    report = retain(run_dir, [receipts], KEEP_ONE, tmp_path / "report.json", s3)
+
+    assert deleted(report) == []
+    reasons = kept(report)
+    assert f"s3://{BUCKET}/{gone['key']} is gone" in reasons[made[0].name][0]
+    assert f"s3://{BUCKET}/{replaced['key']} differs: size 2, expected" in reasons[made[1].name][0]
+    assert all(source.is_dir() for source in made)
+    assert f"kept {made[0]}: receipt does not match" in caplog.text
+
+
+def test_an_unreachable_s3_keeps_every_checkpoint(tmp_path, upload_settings, run_info, monkeypatch):
+    run_dir, receipts, made, _ = three_uploaded(tmp_path, upload_settings, run_info)
+    (port,) = free_ports(1)
+    with monkeypatch.context() as patched:
+        patched.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+        unreachable = client(replace(upload_settings, max_attempts=1))
+
+    report = retain(run_dir, [receipts], KEEP_ONE, tmp_path / "report.json", unreachable)
+
+    assert deleted(report) == []
+    reasons = kept(report)
+    for source in made[:2]:
+        assert reasons[source.name] == [
+            f"S3 cannot be asked: cannot check bucket '{BUCKET}' at endpoint "
+            f"http://127.0.0.1:{port}: Could not connect to the endpoint URL: "
+            f'"http://127.0.0.1:{port}/{BUCKET}"'
+        ]
+    assert all(source.is_dir() for source in made)
+
+    # The same receipts, S3 back: the older two go.
+    report = retain(
+        run_dir, [receipts], KEEP_ONE, tmp_path / "report.json", client(upload_settings)
+    )
+    assert deleted(report) == [made[0].name, made[1].name]

@@ -39,6 +39,7 @@ from account_tax.storage.s3 import (
     digest_file,
     key_prefix,
     upload_checkpoint,
+    upload_segment,
     verify_object,
 )
 
@@ -46,6 +47,7 @@ pytest_plugins = ["s3_fixtures"]
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
+KEEP_ONE = RetainSettings.of(keep_last=1)
 LARGE = 12 * MIB + 1  # three 5 MiB parts, the last one short
 
 # --- without a server ---------------------------------------------------------------------------
@@ -428,7 +430,9 @@ def test_killed_upload_leaves_no_receipt_keeps_the_checkpoint_and_can_be_redone(
         worker.wait()
     assert not receipt.exists()
 
-    report = retain(run_dir, [receipts], RetainSettings.of(keep_last=1), tmp_path / "report.json")
+    report = retain(
+        run_dir, [receipts], KEEP_ONE, tmp_path / "report.json", client(upload_settings)
+    )
     assert report["deleted"] == []
     assert {"path": str(old), "step": 100, "reasons": ["no upload receipt"]} in report["kept"]
     assert (
@@ -438,7 +442,9 @@ def test_killed_upload_leaves_no_receipt_keeps_the_checkpoint_and_can_be_redone(
 
     # The kernel released the dead uploader's lock: a new upload goes through.
     upload_checkpoint(old, "step-100", run_info, upload_settings, receipt)
-    report = retain(run_dir, [receipts], RetainSettings.of(keep_last=1), tmp_path / "report.json")
+    report = retain(
+        run_dir, [receipts], KEEP_ONE, tmp_path / "report.json", client(upload_settings)
+    )
     assert [d["path"] for d in report["deleted"]] == [str(old)]
     key = f"{upload_settings.prefix}/account-tax-tests/{run_info.run_id}/step-100/model.bin"
     head = client(upload_settings).head_object(Bucket=BUCKET, Key=key)
@@ -521,3 +527,47 @@ def test_a_failed_re_upload_keeps_the_receipt_of_the_verified_upload(tmp_path, s
     # Retention reads the same folder (RECEIPTS_DIR) and finds the receipt by its source.
     receipts = load_receipts([workdir / "results/upload/receipts"])
     assert receipts == {model.resolve(): [(kept, first)]}
+
+
+def test_a_receipt_that_no_longer_proves_its_checkpoint_is_replaced(
+    tmp_path, upload_settings, run_info, caplog
+):
+    """A receipt edited by hand, or one whose objects left S3, makes the next segment upload send
+    the checkpoint again and write a new receipt; the old receipt stays beside it. Retention then
+    deletes on the new one."""
+    run_dir, receipts = tmp_path / "checkpoints" / "run-abc", tmp_path / "receipts"
+    made = [make_checkpoint(run_dir, step, {"model.bin": 1000}) for step in (100, 200, 300)]
+    marker = tmp_path / "marker.json"
+    marker.write_text(json.dumps({"run_dir": str(run_dir), "step": 300, "segment": 1}))
+    upload_segment(marker, receipts, run_info, upload_settings)
+    paths = [receipts / run_dir.name / f"{source.name}.json" for source in made]
+    first = [json.loads(path.read_text()) for path in paths]
+
+    # 100: a receipt edited by hand; 200: its object deleted from S3; 300 untouched.
+    edited = first[0] | {"objects": [o | {"sha256": "0" * 64} for o in first[0]["objects"]]}
+    paths[0].write_text(json.dumps(edited))
+    gone = next(o for o in first[1]["objects"] if o["path"] == "model.bin")
+    client(upload_settings).delete_object(Bucket=BUCKET, Key=gone["key"])
+    caplog.set_level("INFO")
+    upload_segment(marker, receipts, run_info, upload_settings)
+
+    assert "the receipt's files or sha256 differ from manifest.json" in caplog.text
+    assert f"S3 no longer holds the upload: s3://{BUCKET}/{gone['key']} is gone" in caplog.text
+    for index, old in enumerate((edited, first[1])):
+        path = paths[index]
+        (replaced,) = path.parent.glob(f"{path.name}.replaced-*")
+        assert json.loads(replaced.read_text()) == old
+        new = json.loads(path.read_text())
+        assert new["verified_at"] >= old["verified_at"]
+        assert [o["sha256"] for o in new["objects"]] == [
+            o["sha256"] for o in first[index]["objects"]
+        ]
+    assert json.loads(paths[2].read_text()) == first[2]  # still proven: not sent again
+    assert not list(path.parent.glob(f"{paths[2].name}.replaced-*"))
+    head = client(upload_settings).head_object(Bucket=BUCKET, Key=gone["key"])
+    assert head["ContentLength"] == 1000
+
+    report = retain(
+        run_dir, [receipts], KEEP_ONE, tmp_path / "report.json", client(upload_settings)
+    )
+    assert [Path(d["path"]).name for d in report["deleted"]] == [made[0].name, made[1].name]

@@ -78,7 +78,7 @@ rule retain:
         tracking=RUN_FILE,
         checkpoint_dir=CHECKPOINT_DIR,
         receipts=RECEIPTS_DIR,
-        settings=settings("retain"),
+        settings=settings("retain", "upload"),
     shell:
         "python {params.script} --settings {params.settings:q}"
         " --checkpoint-dir {params.checkpoint_dir} --receipts {params.receipts}"

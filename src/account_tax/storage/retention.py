@@ -10,8 +10,13 @@ deleted only when all of these hold at the moment of deletion:
 * its lock is free: no upload of it is running (a running upload holds the lock for the whole
   transfer, and retention holds it while it deletes, so neither can start in the middle of the
   other);
-* under that lock, its files are exactly the receipt's objects and each file's SHA-256, hashed
-  again now, equals the receipt's; so what is deleted is what S3 holds.
+* under that lock, S3 still holds every object of the receipt with the size and SHA-256
+  checksum the upload stored (one HEAD per object, several at once: objects may have gone since,
+  by a lifecycle rule, a person or a wrong bucket policy);
+* and its files are exactly the receipt's objects and each file's SHA-256, hashed again now,
+  equals the receipt's; so what is deleted is what S3 holds.
+
+When S3 cannot be asked (unreachable, or it refuses the credentials), nothing is deleted.
 
 A folder without a complete manifest (being written, or damaged) is never touched, nor is one
 without a receipt. A checkpoint is deleted by renaming it out of the `step-*` namespace first, so
@@ -21,7 +26,6 @@ are removed on the next run.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -42,6 +46,7 @@ from account_tax.storage.manifest import (
     checkpoint_lock,
     read_manifest,
 )
+from account_tax.storage.s3 import UploadError, check_bucket, missing_from_store, read_receipt
 
 log = logging.getLogger(__name__)
 
@@ -86,19 +91,13 @@ def complete_manifest(directory: Path) -> dict[str, Any] | None:
     return manifest.fields if manifest.step is not None else None
 
 
-RECEIPT_KEYS = {"source", "bucket", "prefix", "objects"}
-
-
 def load_receipts(paths: Iterable[Path]) -> dict[Path, list[tuple[Path, dict[str, Any]]]]:
     """Receipts by the resolved source folder they name; folders are searched for `*.json`."""
     found: dict[Path, list[tuple[Path, dict[str, Any]]]] = {}
     for path in paths:
         for file in sorted(path.rglob("*.json")) if path.is_dir() else [path]:
-            try:
-                receipt = json.loads(file.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError):
-                receipt = None
-            if not isinstance(receipt, dict) or not receipt.keys() >= RECEIPT_KEYS:
+            receipt = read_receipt(file)
+            if receipt is None:
                 log.warning("%s is not an upload receipt; ignored", file)
                 continue
             found.setdefault(Path(receipt["source"]).resolve(), []).append((file, receipt))
@@ -147,9 +146,10 @@ def choose_kept(checkpoints: list[Checkpoint], settings: RetainSettings) -> None
 
 
 def delete_if_proven(
-    checkpoint: Checkpoint, receipts: list[tuple[Path, dict[str, Any]]]
+    checkpoint: Checkpoint, receipts: list[tuple[Path, dict[str, Any]]], s3
 ) -> dict[str, Any] | None:
-    """Delete the checkpoint under its lock if a receipt proves it; else record why not."""
+    """Delete the checkpoint under its lock if a receipt proves it, in S3 and locally; else
+    record why not."""
     if not receipts:
         checkpoint.reasons.append("no upload receipt")
         return None
@@ -160,7 +160,16 @@ def delete_if_proven(
                 return None
             problems = []
             for receipt_path, receipt in receipts:
-                problem = proven_by(checkpoint.path, receipt)
+                try:
+                    missing = missing_from_store(s3, receipt)
+                except UploadError as error:
+                    problems.append(f"{receipt_path}: S3 cannot be asked: {error}")
+                    continue
+                problem = (
+                    f"S3 no longer holds the upload: {'; '.join(missing)}"
+                    if missing
+                    else proven_by(checkpoint.path, receipt)
+                )
                 if problem is None:
                     remove(checkpoint.path)
                     log.info(
@@ -181,6 +190,17 @@ def delete_if_proven(
             checkpoint.reasons.append(f"receipt does not match: {'; '.join(problems)}")
     except CheckpointBusy:
         checkpoint.reasons.append("locked: an upload of it is running")
+    return None
+
+
+def unreachable_buckets(s3, receipts: dict[Path, list[tuple[Path, dict[str, Any]]]]) -> str | None:
+    """Why S3 cannot be asked about the receipts' buckets, or None when every one answers."""
+    buckets = sorted({receipt["bucket"] for found in receipts.values() for _, receipt in found})
+    for bucket in buckets:
+        try:
+            check_bucket(s3, bucket)
+        except UploadError as error:
+            return str(error)
     return None
 
 
@@ -216,9 +236,14 @@ def retain(
     receipt_paths: Iterable[Path],
     settings: RetainSettings,
     report_path: Path,
+    s3,
 ) -> dict[str, Any]:
-    """Apply the policy to every `step-*` folder under `checkpoint_dir`; write a JSON report."""
+    """Apply the policy to every `step-*` folder under `checkpoint_dir`, asking S3 (the client
+    `s3`) about every upload before its checkpoint goes; write a JSON report."""
     receipts = load_receipts(receipt_paths)
+    unreachable = unreachable_buckets(s3, receipts)
+    if unreachable:
+        log.warning("S3 cannot be asked, so every checkpoint is kept: %s", unreachable)
     remove_leftovers(checkpoint_dir)
     runs: dict[Path, list[Checkpoint]] = {}
     for directory in sorted(checkpoint_dir.rglob(f"{STEP_PREFIX}*")):
@@ -231,8 +256,11 @@ def retain(
         choose_kept(checkpoints, settings)
         for checkpoint in checkpoints:
             removed = None
+            if unreachable and not checkpoint.reasons:
+                checkpoint.reasons.append(f"S3 cannot be asked: {unreachable}")
             if not checkpoint.reasons:
-                removed = delete_if_proven(checkpoint, receipts.get(checkpoint.path.resolve(), []))
+                found = receipts.get(checkpoint.path.resolve(), [])
+                removed = delete_if_proven(checkpoint, found, s3)
             if removed:
                 deleted.append(removed)
             else:

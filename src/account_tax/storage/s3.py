@@ -38,6 +38,10 @@ servers (SeaweedFS among them) would silently create one on the first write to a
 Nothing is copied: s3transfer reads each part straight from the file, so an upload needs no disk
 beyond the checkpoint itself.
 
+A receipt is trusted again only while it still proves its folder (`receipt_mismatch`): it names
+the current manifest and its files, and S3 still holds each object as it says. A segment upload
+sends a checkpoint again whose receipt no longer does, and keeps the old receipt beside the new.
+
 The uploader holds the checkpoint's lock (`checkpoint_lock`) for the whole transfer; retention
 takes the same lock before it deletes, so a checkpoint can never vanish under a running upload.
 """
@@ -48,6 +52,7 @@ import base64
 import hashlib
 import json
 import logging
+import shutil
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -485,20 +490,26 @@ def transfer(
             s3.meta.events.unregister(event, unique_id=f"{event}-{id(hashing)}")
 
 
+def head_differences(head: Mapping[str, Any], size: int, checksum: str) -> list[str]:
+    """How an object's HEAD differs from the size and SHA-256 checksum it should have."""
+    problems = []
+    if head["ContentLength"] != size:
+        problems.append(f"size {head['ContentLength']}, expected {size}")
+    if head.get("ChecksumSHA256") != checksum:
+        problems.append(f"SHA-256 checksum {head.get('ChecksumSHA256')}, expected {checksum}")
+    return problems
+
+
 def verify_object(s3, bucket: str, key: str, digest: FileDigest) -> dict[str, Any]:
     """The receipt entry of an object whose size and SHA-256 checksum S3 confirms."""
     try:
         head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
     except (BotoCoreError, ClientError) as error:
         raise UploadError(f"cannot verify s3://{bucket}/{key}: {error}") from error
-    reported = head.get("ChecksumSHA256")
-    problems = []
-    if head["ContentLength"] != digest.size:
-        problems.append(f"size {head['ContentLength']}, expected {digest.size}")
-    if reported != digest.s3_checksum:
-        problems.append(f"SHA-256 checksum {reported}, expected {digest.s3_checksum}")
+    problems = head_differences(head, digest.size, digest.s3_checksum)
     if problems:
         raise UploadError(f"s3://{bucket}/{key} is not the uploaded file: {'; '.join(problems)}")
+    reported = head["ChecksumSHA256"]
     return {
         "bucket": bucket,
         "key": key,
@@ -512,14 +523,82 @@ def verify_object(s3, bucket: str, key: str, digest: FileDigest) -> dict[str, An
     }
 
 
-def receipt_matches(receipt_path: Path, source: Path) -> bool:
-    """A receipt already proves this folder as it is now (same manifest): no new upload needed."""
+RECEIPT_KEYS = frozenset({"source", "bucket", "prefix", "objects"})
+NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
+HEAD_CONCURRENCY = 16
+
+
+def read_receipt(path: Path) -> dict[str, Any] | None:
+    """The one reader of upload receipts: the receipt's fields, or None when the file is missing,
+    damaged or not a receipt."""
     try:
-        receipt = json.loads(receipt_path.read_text(encoding="utf-8"))
+        receipt = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(receipt, dict) or not receipt.keys() >= RECEIPT_KEYS:
+        return None
+    objects = receipt["objects"]
+    if not isinstance(objects, list) or not all(
+        isinstance(o, dict) and o.keys() >= {"path", "key", "size", "sha256", "checksum_sha256"}
+        for o in objects
+    ):
+        return None
+    return receipt
+
+
+def missing_from_store(s3, receipt: Mapping[str, Any]) -> list[str]:
+    """What S3 no longer holds as the receipt says: one entry per object that is gone or whose
+    size or SHA-256 checksum differs; empty when all are there. One HEAD per object, several at
+    once. Raises UploadError when S3 cannot be asked (unreachable, refused): nothing is known."""
+    bucket = receipt["bucket"]
+
+    def problem(entry: Mapping[str, Any]) -> str | None:
+        where = f"s3://{bucket}/{entry['key']}"
+        try:
+            head = s3.head_object(Bucket=bucket, Key=entry["key"], ChecksumMode="ENABLED")
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in NOT_FOUND:
+                return f"{where} is gone"
+            raise UploadError(f"cannot check {where}: {error}") from error
+        except BotoCoreError as error:
+            raise UploadError(f"cannot check {where}: {error}") from error
+        differences = head_differences(head, entry["size"], entry["checksum_sha256"])
+        return f"{where} differs: {'; '.join(differences)}" if differences else None
+
+    objects = receipt["objects"]
+    with ThreadPoolExecutor(max_workers=max(1, min(HEAD_CONCURRENCY, len(objects)))) as pool:
+        return [found for found in pool.map(problem, objects) if found is not None]
+
+
+def receipt_mismatch(s3, receipt_path: Path, source: Path) -> str | None:
+    """None when the receipt still proves the folder as it is now: it is whole, names the current
+    manifest and exactly the files and sha256 the manifest lists, and S3 still holds every object
+    as it says; else why not (a new upload is due)."""
+    receipt = read_receipt(receipt_path)
+    if receipt is None:
+        return "no receipt" if not receipt_path.exists() else "the receipt is damaged"
+    try:
         manifest = read_manifest(source)
-    except (OSError, json.JSONDecodeError, ManifestError):
-        return False
-    return receipt.get("manifest_sha256") == manifest.sha256
+    except ManifestError as error:
+        return str(error)
+    if receipt.get("manifest_sha256") != manifest.sha256:
+        return f"the receipt names another {MANIFEST}"
+    expected = {MANIFEST: manifest.sha256} | manifest.files
+    if {o["path"]: o["sha256"] for o in receipt["objects"]} != expected:
+        return f"the receipt's files or sha256 differ from {MANIFEST}"
+    missing = missing_from_store(s3, receipt)
+    if missing:
+        return f"S3 no longer holds the upload: {'; '.join(missing)}"
+    return None
+
+
+def keep_replaced(receipt_path: Path) -> Path:
+    """Copy a receipt about to be replaced beside it, for the record; the copy's name does not
+    end in .json, so nothing reads it as a receipt again."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    kept = receipt_path.with_name(f"{receipt_path.name}.replaced-{stamp}")
+    shutil.copy2(receipt_path, kept)
+    return kept
 
 
 def upload_segment(
@@ -528,11 +607,14 @@ def upload_segment(
     """Upload every complete checkpoint a training segment left (up to its last step) that has
     no matching receipt yet; return an index of the segment's receipts.
 
-    Checkpoints of earlier segments already uploaded are skipped; ones that retention deleted
-    are gone and were proven before. A folder still being written is not a `step-*` folder.
+    A checkpoint whose receipt still proves it (`receipt_mismatch`) is skipped; one whose
+    receipt no longer does (edited or damaged, or S3 lost objects) is uploaded again and its
+    receipt replaced. Ones that retention deleted are gone and were proven before. A folder
+    still being written is not a `step-*` folder.
     """
     marker = json.loads(marker_path.read_text(encoding="utf-8"))
     run_dir = Path(marker["run_dir"])
+    s3 = client(settings)
     receipts = []
     for source in sorted(run_dir.glob(f"{STEP_PREFIX}*")):
         manifest_step = int(source.name.removeprefix(STEP_PREFIX))
@@ -540,7 +622,16 @@ def upload_segment(
             continue
         name = f"{run_dir.name}-{source.name}"
         receipt_path = receipts_dir / run_dir.name / f"{source.name}.json"
-        if not receipt_matches(receipt_path, source):
-            upload_checkpoint(source, name, run, settings, receipt_path)
+        why = receipt_mismatch(s3, receipt_path, source)
+        if why is not None:
+            if receipt_path.exists():
+                log.warning(
+                    "%s no longer proves %s (%s): uploading again; the old receipt is kept as %s",
+                    receipt_path,
+                    source,
+                    why,
+                    keep_replaced(receipt_path),
+                )
+            upload_checkpoint(source, name, run, settings, receipt_path, s3=s3)
         receipts.append(str(receipt_path))
     return {"segment": marker["segment"], "step": marker["step"], "receipts": receipts}
