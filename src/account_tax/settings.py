@@ -61,19 +61,30 @@ _FillingValidator = jsonschema.validators.extend(
 )
 
 
-def complete(values: Mapping[str, Any], section: str = "") -> dict[str, Any]:
+def complete(values: Mapping[str, Any], section: str = "", *, whole: bool = False) -> dict[str, Any]:
     """A copy of `values` checked against the schema of `section` and completed with its
-    defaults. For the whole config (""), only the sections given are checked: a script is handed
-    the sections it reads. An unknown key or a wrong type is a DataError naming the key."""
+    defaults. For the whole config (""), only the sections given are checked unless `whole`
+    (the workflow's own config): a script is handed the sections it reads. A wrong key, type or
+    value is a DataError of one line naming the key, the problem and what is allowed."""
     schema = section_schema(section)
-    if not section:
+    if not section and not whole:
         schema = {key: value for key, value in schema.items() if key != "required"}
     completed = copy.deepcopy(dict(values))
     error = jsonschema.exceptions.best_match(_FillingValidator(schema).iter_errors(completed))
     if error is not None:
         where = ".".join([*filter(None, section.split(".")), *map(str, error.absolute_path)])
-        raise DataError(f"config `{where or 'top level'}`: {error.message}")
+        raise DataError(f"config `{where or 'top level'}`: {config_problem(error)}")
     return completed
+
+
+def config_problem(error: jsonschema.exceptions.ValidationError) -> str:
+    """The problem in words, with the allowed keys where an unknown one was given (jsonschema's
+    message names only the unexpected key)."""
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        return f"unknown key {', '.join(map(repr, unknown))}; allowed keys: {', '.join(allowed)}"
+    return error.message
 
 
 def plain(value: Any) -> Any:

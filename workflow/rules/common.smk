@@ -4,11 +4,12 @@ from pathlib import Path
 
 import account_tax.code_hash
 
+from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
-from snakemake.utils import validate
 
+from account_tax.errors import DataError
 from account_tax.io import resolve_input
-from account_tax.settings import SCHEMA_PATH
+from account_tax.settings import complete
 from account_tax.tracking.workflow_run import (
     close_abandoned_run,
     finish_run,
@@ -22,8 +23,12 @@ from account_tax.tracking.workflow_run import (
 if "data" in workflow.config_settings.overwrite_config:
     config["data"] = workflow.config_settings.overwrite_config["data"]
 
-# The one place the config is checked: a wrong key or type stops the run before any job.
-validate(config, schema=str(SCHEMA_PATH))
+# The one place the config is checked: a wrong key, type or value stops the run before any job,
+# with one line naming it (the schema stays in its file), and the schema's defaults fill the rest.
+try:
+    config.update(complete(config, whole=True))
+except DataError as error:
+    raise WorkflowError(str(error)) from None
 
 
 # The repository this workflow lives in: scripts, config files and pyproject.toml are found here,
