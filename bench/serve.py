@@ -40,11 +40,11 @@ WARMUP_REQUESTS = 5
 def records(workdir: Path, rows: int) -> pl.DataFrame:
     """The bundled data's test records as text (what a client sends), repeated to `rows`."""
     from account_tax.settings import DataSpec
-    from account_tax.tracking.registry import signature
+    from account_tax.tracking.registry import input_columns
 
     settings = json.loads((workdir / "results" / "tracking" / "config.json").read_text())
     spec = DataSpec.from_config(settings)
-    names = [column.name for column in signature(spec).inputs.inputs if column.name != spec.label]
+    names = [name for name in input_columns(spec) if name != spec.label]
     source = pl.read_parquet(workdir / "results" / "split" / "test.parquet").select(names)
     copies = -(-rows // source.height)
     frame = pl.concat([source] * copies).head(rows)

@@ -16,6 +16,10 @@ Hashing alone (`digest_file` over every file: the SHA-256 for the manifest check
 checksums) is also timed: it is the work of ours that raw does not do, and ours overlaps most of
 it with the transfer.
 
+Retention's check before a deletion is timed too, on the receipt of each upload of ours: the
+question to S3 (`missing_from_store`: one HEAD per object of the receipt, several at once) against
+the local half of the same check, which hashes every file again (`proven_by`).
+
 Throughput is the checkpoint's size over the wall time of the whole call; the ratio is ours over
 raw, as the ratio of the medians and as the median of the per-repeat ratios. Extra disk used by our
 upload is measured three ways while it runs: the bytes this process wrote to storage
@@ -43,12 +47,14 @@ from account_tax.storage import s3server
 from account_tax.storage.manifest import (
     MANIFEST,
 )
+from account_tax.storage.retention import proven_by
 from account_tax.storage.s3 import (
     MIB,
     RunInfo,
     UploadSettings,
     client,
     digest_file,
+    missing_from_store,
     upload_checkpoint,
 )
 
@@ -148,6 +154,7 @@ def run(args: argparse.Namespace, server: s3server.S3Server, work: Path) -> dict
     total = sum(p.stat().st_size for p in files)
     s3, config = client(settings), settings.transfer_config()
     ours, raw, hashing, watches = [], [], [], []
+    s3_check, local_check = [], []
     for repeat in range(args.repeats):
         # Alternate which goes first, so neither always finds the server or cache warmer.
         order = ["ours", "raw"] if repeat % 2 == 0 else ["raw", "ours"]
@@ -160,7 +167,7 @@ def run(args: argparse.Namespace, server: s3server.S3Server, work: Path) -> dict
                 run_info = RunInfo(run_id=uuid.uuid4().hex, experiment_name="bench")
                 with DiskWatch(checkpoint) as watch:
                     began = time.perf_counter()
-                    upload_checkpoint(
+                    receipt = upload_checkpoint(
                         checkpoint,
                         checkpoint.name,
                         run_info,
@@ -170,6 +177,12 @@ def run(args: argparse.Namespace, server: s3server.S3Server, work: Path) -> dict
                     )
                     ours.append(total / MIB / (time.perf_counter() - began))
                 watches.append(watch)
+                began = time.perf_counter()
+                assert missing_from_store(s3, receipt) == []
+                s3_check.append(time.perf_counter() - began)
+                began = time.perf_counter()
+                assert proven_by(checkpoint, receipt) is None
+                local_check.append(time.perf_counter() - began)
             else:
                 prefix = f"raw/{uuid.uuid4().hex}/"
                 began = time.perf_counter()
@@ -196,6 +209,11 @@ def run(args: argparse.Namespace, server: s3server.S3Server, work: Path) -> dict
             statistics.median(o / r for o, r in zip(ours, raw, strict=True)), 3
         ),
         "hashing_alone_median_s": round(statistics.median(hashing), 3),
+        "retention_s3_check_median_s": round(statistics.median(s3_check), 4),
+        "retention_local_rehash_median_s": round(statistics.median(local_check), 4),
+        "retention_s3_check_over_rehash": round(
+            statistics.median(s3_check) / statistics.median(local_check), 3
+        ),
         "ours_bytes_written_max": max(w.bytes_written for w in watches),
         "ours_free_space_drop_max_mib": round(max(w.free_drop for w in watches) / MIB, 1),
         "ours_open_files_outside_checkpoint": sorted(

@@ -13,7 +13,8 @@ the last one's are the trained model's.
 
 SIGTERM or SIGINT stops every process after the current step (with the checkpoint, if one was
 due) and writes no output; so does the death of the launcher (see
-account_tax.training.stop_signals).
+account_tax.training.stop_signals). A checkpoint or output that cannot be written (a full disk)
+ends the process with one line saying what, where and why.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import os
 from pathlib import Path
 
 from account_tax import cli
+from account_tax.errors import WriteError
 from account_tax.settings import load_settings
 from account_tax.tracking.workflow_run import log_history, log_stage, read_run
 from account_tax.training.loop import TrainPaths, train
@@ -100,6 +102,9 @@ def main() -> None:
             args.checkpoint_dir,
         )
         raise SystemExit(stopped.exit_code) from None
+    except WriteError as error:
+        logging.getLogger("train").error("%s", error)
+        raise SystemExit(1) from None
     # The workflow run's metrics are the trained model's: the last segment's.
     if rank == "0" and args.segment in (None, settings.segments):
         numeric = {k: v for k, v in metrics.items() if isinstance(v, int | float)}

@@ -2,6 +2,7 @@
 other work, so every library gets one or two threads."""
 
 import os
+import subprocess
 
 os.environ.setdefault("POLARS_MAX_THREADS", "2")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -26,6 +27,26 @@ def write_csv(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 96 KiB tmpfs at tmp_path/small-disk: a disk that fills up. Mounting needs root (as in
+    CI and on the dev machines); elsewhere the test is skipped, in CI it fails."""
+    mount_point = tmp_path / "small-disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        message = f"mounting a tmpfs needs root: {mounted.stderr.strip()}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message + " (run the tests as root, as CI does)")
+    yield mount_point
+    subprocess.run(["umount", "--lazy", str(mount_point)], check=True)
 
 
 def pytest_collection_modifyitems(items):

@@ -1,12 +1,21 @@
 """Who gets the champion alias: a real SQLite Model Registry with versions whose test
 predictions are real files; the decision moves the alias only as the README says."""
 
+import json
+
 import numpy as np
+import pandas as pd
 import polars as pl
 import pytest
 from mlflow import MlflowClient
 
-from account_tax.tracking.registry import TEST_PREDICTIONS, champion_decision, evaluated_rows_sha256
+from account_tax.tracking.registry import (
+    TEST_PREDICTIONS,
+    RefusedRequest,
+    champion_decision,
+    check_request,
+    evaluated_rows_sha256,
+)
 
 LABELS = ["1000", "2000", "3000", "4000"]
 ROWS = 200
@@ -94,3 +103,45 @@ def test_a_champion_tested_on_other_rows_compares_through_the_baseline(registry)
     decision = decide(registry, "better", predictions(0.7, seed=1))
     assert decision["moved"]
     assert f"champion version {version} was tested on other rows" in decision["why"]
+
+
+COLUMNS = {
+    "id": {"type": "string", "required": True},
+    "memo": {"type": "string", "required": True},
+    "account": {"type": "string", "required": False},
+}
+
+
+@pytest.mark.parametrize(
+    ("records", "message"),
+    [
+        (pd.DataFrame({"id": ["1", "2"], "memo": ["x", 5]}), "column 'memo', row 2: 5 is not text"),
+        (pd.DataFrame({"id": [True], "memo": ["x"]}), "column 'id', row 1: True is not text"),
+        (pd.DataFrame({"id": ["1"]}), "missing column(s) 'memo'"),
+        (
+            pd.DataFrame({"id": ["1"], "memo": ["x"], "note": ["y"]}),
+            "unknown column(s) 'note' (the model takes 'id', 'memo', 'account')",
+        ),
+        (
+            pd.DataFrame({"id": pd.Series([], dtype=str), "memo": pd.Series([], dtype=str)}),
+            "no records",
+        ),
+    ],
+)
+def test_a_bad_request_is_refused_with_a_short_message(records, message):
+    with pytest.raises(RefusedRequest) as refused:
+        check_request(records, COLUMNS)
+    assert refused.value.message.startswith(message)
+    assert refused.value.get_http_status_code() == 400
+
+
+def test_a_refusal_keeps_its_message_when_mlflow_prefixes_the_request():
+    refused = RefusedRequest("no records")
+    refused.message = "Failed to predict data '...'. \nError: no records"  # as MLflow's server does
+    assert json.loads(refused.serialize_as_json())["message"] == "no records"
+
+
+def test_text_and_missing_values_pass():
+    check_request(
+        pd.DataFrame({"id": ["1", "2"], "memo": ["x", None], "account": [None, "4930"]}), COLUMNS
+    )

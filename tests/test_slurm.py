@@ -193,7 +193,7 @@ def test_training_spanned_two_nodes_with_one_torchrun_each(slurm_run, cluster):
     assert (record["NumNodes"], record["NumTasks"], record["NodeList"]) == ("2", "2", "n[1-2]")
     assert (record["TresPerNode"], record["BatchHost"]) == ("gres:gpu:1", "n1")
     assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in result.stdout + result.stderr
-    assert "torchrun --nnodes 2 --nproc_per_node 1 --rdzv_backend c10d" in (
+    assert "account_tax.training.launch --nnodes 2 --nproc_per_node 1 --rdzv_backend c10d" in (
         result.stdout + result.stderr
     )
     # The launcher's srun started step 0 of the job on both nodes.
@@ -227,23 +227,31 @@ def test_profiles_are_valid_and_default_to_sacct():
 @pytest.mark.parametrize(
     ("train_resources", "extra", "expected"),
     [
-        ({"gpus": 2}, [], "OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node 2 "),
+        (
+            {"gpus": 2},
+            [],
+            "OMP_NUM_THREADS=1 python -m account_tax.training.launch --standalone"
+            " --nproc_per_node 2 ",
+        ),
         (
             {"cpu_processes": 2, "threads_per_process": 2},
             [],
-            "OMP_NUM_THREADS=2 torchrun --standalone --nproc_per_node 2 ",
+            "OMP_NUM_THREADS=2 python -m account_tax.training.launch --standalone"
+            " --nproc_per_node 2 ",
         ),
         # A profile's set-resources decide the GPUs per node; the launcher follows them.
         (
             {"gpus": 1},
             ["--set-resources", "train:gres=gpu:a100:4", "--set-threads", "train=16"],
-            "OMP_NUM_THREADS=4 torchrun --standalone --nproc_per_node 4 ",
+            "OMP_NUM_THREADS=4 python -m account_tax.training.launch --standalone"
+            " --nproc_per_node 4 ",
         ),
         (
             {"nodes": 4, "gpus": 8, "threads_per_process": 4},
             [],
             "OMP_NUM_THREADS=4 srun --nodes=4 --ntasks=4 --ntasks-per-node=1 --cpus-per-task=32"
-            " --mem=0 --kill-on-bad-exit=1 torchrun --nnodes 4 --nproc_per_node 8"
+            " --mem=0 --kill-on-bad-exit=1 python -m account_tax.training.launch --nnodes 4"
+            " --nproc_per_node 8"
             " --rdzv_backend c10d --rdzv_endpoint $(hostname):$((29500 + SLURM_JOB_ID % 1000))"
             " --rdzv_id $SLURM_JOB_ID ",
         ),

@@ -138,7 +138,9 @@ def test_sigterm_to_the_train_job_stops_it_after_a_step(training):
     assert_everything_stopped(process, workdir, processes)
     log = (workdir / "logs/train/segment-1.log").read_text()
     assert "SIGTERM received: stopping after the current step" in log
-    assert "stopped by SIGTERM after step" in log
+    assert "stopped after step" in log and "SIGTERM received" in log
+    assert "training stopped: the launcher received SIGTERM" in log
+    assert "Traceback" not in log and "its launcher died" not in log
     assert run_status(workdir) == "FAILED"
 
 
@@ -147,6 +149,10 @@ def test_sigkill_of_snakemake_stops_training_and_the_next_start_closes_the_run(t
     os.killpg(process.pid, signal.SIGKILL)
     assert_everything_stopped(process, workdir, processes)
     assert run_status(workdir) == "RUNNING"
+    # The workers were told by the kernel (a SIGHUP at their parent's death), and say so.
+    log = (workdir / "logs/train/segment-1.log").read_text()
+    assert "its launcher died: stopping after the current step" in log
+    assert "SIGTERM received" not in log
     dead_run = json.loads((workdir / "results/tracking/run.json").read_text())["run_id"]
     # As Snakemake advises after a kill; then any next start that runs a job (one data stage).
     configfile = ("--configfile", str(workdir / "config.yaml"))

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -586,17 +587,44 @@ def test_registered_model_loads_and_gives_predicts_output_on_the_test_split(trai
     # Through the environment, as a user's shell would: a set_tracking_uri would outlive the test.
     monkeypatch.setenv("MLFLOW_TRACKING_URI", registry_uri(workdir))
     model = mlflow.pyfunc.load_model("models:/account-tax@candidate")
-    assert [c.name for c in model.metadata.get_input_schema().inputs][-1] == "account"
+    # The request's columns in the metadata, the answer's in the signature (see registry.py).
+    columns = model.metadata.metadata["input_columns"]
+    assert columns["account"] == {"type": "string", "required": False}
+    assert {c["required"] for name, c in columns.items() if name != "account"} == {True}
+    assert model.metadata.get_input_schema() is None
+    answer = model.metadata.get_output_schema().input_names()
+    assert {"source_row", "predicted_label", "confidence", "decision", "reason"} <= set(answer)
     for name, path in (("test", test_records), ("new", config["predict"]["inputs"]["new"])):
         served = model.predict(raw_records_as_text(Path(path)))
         assert len(served) == test.height if name == "test" else 4
         assert_served_equals_predict(served, workdir, name)
 
 
+def split(frame: pd.DataFrame) -> dict:
+    """A frame as `dataframe_split` JSON (null for missing values)."""
+    return json.loads(frame.to_json(orient="split", index=False))
+
+
+def post(port: int, body: dict) -> tuple[int, dict]:
+    """POST a JSON body to the model server; the status and the JSON answer, errors included."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/invocations",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
 def test_champion_served_over_http_equals_predict(trained):
     """`mlflow models serve -m models:/account-tax@champion --env-manager local` on 127.0.0.1:
     JSON records in (dataframe_split), the predict rule's rows out, the malformed record with
-    its reject reason; the server stopped by its PID."""
+    its reject reason; bad requests (a number, an unknown or missing column, no records) answered
+    400 with one short message and no traceback, and a good one after them; the server stopped
+    by its PID."""
     workdir, config, *_ = trained
     client = MlflowClient(registry_uri(workdir))
     version = json.loads((workdir / "results/register/model.json").read_text())["version"]
@@ -628,14 +656,26 @@ def test_champion_served_over_http_equals_predict(trained):
                 assert time.monotonic() < deadline, "the model server did not come up"
                 time.sleep(1)
         records = raw_records_as_text(Path(config["predict"]["inputs"]["new"]))
-        body = {"dataframe_split": records.to_dict(orient="split", index=False)}
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/invocations",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=120) as response:
-            served = pd.DataFrame(json.loads(response.read())["predictions"])
+        refused = {
+            "a number in a text column": (
+                records.assign(amount=[12.5, *records["amount"][1:]]),
+                "column 'amount', row 1: 12.5 is not text (float); send every value as a "
+                "JSON string",
+            ),
+            "an unknown column": (records.assign(note="x"), "unknown column(s) 'note' (the model"),
+            "a missing column": (records.drop(columns="vendor"), "missing column(s) 'vendor'"),
+            "no records": (records.head(0), "no records"),
+        }
+        for what, (frame, message) in refused.items():
+            status, answer = post(port, {"dataframe_split": split(frame)})
+            assert status == 400, what
+            assert answer["message"].startswith(message), (what, answer)
+            assert set(answer) == {"error_code", "message", "sqlstate", "error_class"}, what
+            assert "Traceback" not in json.dumps(answer) and "/tmp" not in json.dumps(answer)
+        # And a good request still gets its answer.
+        status, answer = post(port, {"dataframe_split": split(records)})
+        assert status == 200
+        served = pd.DataFrame(answer["predictions"])
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)

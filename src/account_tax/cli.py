@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from account_tax.errors import DataError
+from account_tax.errors import DataError, WriteError
 from account_tax.settings import load_settings
 
 log = logging.getLogger("account_tax")
@@ -50,7 +50,8 @@ def quiet_library_bars() -> None:
 
 
 def run(main: Callable[[], object]) -> None:
-    """Run a stage; bad input ends it with one clear line and exit status 2, not a traceback."""
+    """Run a stage; bad input ends it with one clear line and exit status 2, an output that
+    cannot be written (a full disk) with one line and status 1: not a traceback."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -60,3 +61,6 @@ def run(main: Callable[[], object]) -> None:
     except DataError as error:
         log.error("%s", error)
         sys.exit(2)
+    except WriteError as error:
+        log.error("%s", error)
+        sys.exit(1)

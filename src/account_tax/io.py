@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from account_tax.errors import DataError
+from account_tax.errors import DataError, writing
 
 PACKAGE_PREFIX = "pkg:"
 
@@ -59,7 +59,13 @@ def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
 
 
 def _replace_atomically(paths: Sequence[Path], write: Callable[[list[Path]], None]) -> None:
-    """Write temporary files beside `paths`, then rename: readers never see half a file."""
+    """Write temporary files beside `paths`, then rename: readers never see half a file. A
+    failed write is a WriteError naming the files."""
+    with writing(", ".join(path.name for path in paths), paths[0].parent):
+        _write_then_rename(paths, write)
+
+
+def _write_then_rename(paths: Sequence[Path], write: Callable[[list[Path]], None]) -> None:
     tmps: list[Path] = []
     try:
         for path in paths:

@@ -61,7 +61,9 @@ _FillingValidator = jsonschema.validators.extend(
 )
 
 
-def complete(values: Mapping[str, Any], section: str = "", *, whole: bool = False) -> dict[str, Any]:
+def complete(
+    values: Mapping[str, Any], section: str = "", *, whole: bool = False
+) -> dict[str, Any]:
     """A copy of `values` checked against the schema of `section` and completed with its
     defaults. For the whole config (""), only the sections given are checked unless `whole`
     (the workflow's own config): a script is handed the sections it reads. A wrong key, type or

@@ -149,15 +149,19 @@ def train_threads():
     return processes * launch["threads_per_process"]
 
 
+# torchrun that reports a failed worker in one line rather than a traceback.
+TORCHRUN = "python -m account_tax.training.launch"
+
+
 def train_launcher(wildcards, threads, resources):
     """How the train rules start their script, from what the job really got (the config's
     train_resources, or a profile's set-resources and set-threads over them): one process per
     GPU of a node (`gres: gpu[:type]:N`, or `gpu: N` on one node), else `cpu_processes`;
     OMP_NUM_THREADS shares the job's threads (CPUs per node) among them.
 
-    One node: `torchrun --standalone`. Several nodes (SLURM): `srun` starts one torchrun per
-    node, and they meet by c10d rendezvous on the first node, where this command runs; the port
-    depends on the job id so that two jobs sharing a first node do not collide. The plugin's
+    One node: `torchrun --standalone` (through TORCHRUN). Several nodes (SLURM): `srun` starts
+    one torchrun per node, and they meet by c10d rendezvous on the first node, where this command
+    runs; the port depends on the job id so that two jobs sharing a first node do not collide. The plugin's
     jobstep strips SLURM_* variables except the job id, so the step's shape is given in full.
     """
     launch = config["train_resources"]
@@ -179,7 +183,7 @@ def train_launcher(wildcards, threads, resources):
     processes = gpus or launch["cpu_processes"]
     omp = f"OMP_NUM_THREADS={max(1, threads // processes)}"
     if nodes == 1:
-        return f"{omp} torchrun --standalone --nproc_per_node {processes}"
+        return f"{omp} {TORCHRUN} --standalone --nproc_per_node {processes}"
     if not resources.get("mpi"):
         raise WorkflowError(
             "train on several nodes: set train_resources.nodes in the config (it adds the"
@@ -188,7 +192,7 @@ def train_launcher(wildcards, threads, resources):
     return (
         f"{omp} srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1"
         f" --cpus-per-task={threads} --mem=0 --kill-on-bad-exit=1"
-        f" torchrun --nnodes {nodes} --nproc_per_node {processes}"
+        f" {TORCHRUN} --nnodes {nodes} --nproc_per_node {processes}"
         " --rdzv_backend c10d --rdzv_endpoint $(hostname):$((29500 + SLURM_JOB_ID % 1000))"
         " --rdzv_id $SLURM_JOB_ID"
     )

@@ -6,6 +6,14 @@ calibrated top-k, the auto/review decision and the provenance. Its output has `p
 plus `reason`, which is null for predicted rows and says why for rows clean rejects; rows come
 back in the order they were sent (`source_row`).
 
+A request is checked before anything is predicted, by the model itself: every required column
+present, no column it does not know, every value a string (or null), at least one record. A
+request that fails answers 400 with one short JSON message naming the columns (and the row),
+never a traceback or a path of the server. MLflow's own input schema is not used for that: its
+server coerces and drops what should be refused (a number in a text column, an unknown column).
+So the model's signature declares no input schema; the columns, their type and whether each is
+required are in the model's metadata (`input_columns`), for clients to read.
+
 Each registration becomes a new version with the `candidate` alias. The `champion` alias moves
 to it only when the shipped candidate is better than the baseline on test (the paired bootstrap
 of evaluate) and, when a champion tested on the same test split exists, better than that
@@ -18,6 +26,7 @@ import dataclasses
 import hashlib
 import importlib.metadata
 import json
+import logging
 import tempfile
 import tomllib
 from dataclasses import dataclass
@@ -28,9 +37,12 @@ import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 import polars as pl
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import BAD_REQUEST, INTERNAL_ERROR
 
 from account_tax.data.clean import REASON
 from account_tax.data.serialize import ID
+from account_tax.errors import DataError
 from account_tax.evaluation.assessment import DECIDING_METRIC, MODEL
 from account_tax.evaluation.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
 from account_tax.evaluation.predict import Candidate, PredictPaths, Provenance, predict_records
@@ -38,6 +50,8 @@ from account_tax.evaluation.tables import CONFIDENCE, LABEL, PREDICTED_LABEL, TO
 from account_tax.io import PACKAGE_PREFIX
 from account_tax.settings import SOURCE_ROW, DataSpec, SectionView
 from account_tax.training.model import LABEL_MAP, read_training_info
+
+log = logging.getLogger(__name__)
 
 ARTIFACT_PATH = "prediction_model"
 """Where the model lies in the workflow run's artifacts."""
@@ -58,6 +72,59 @@ class RegisterSettings(SectionView):
     champion_alias: str
 
 
+class RefusedRequest(MlflowException):
+    """A request the model answers with an error of its own short message. MLflow's server
+    prefixes the whole input to an error's message (`Failed to predict data ...`); the message
+    of a refusal keeps the text it was given."""
+
+    def __init__(self, message: str, error_code: int = BAD_REQUEST) -> None:
+        super().__init__(message, error_code=error_code)
+
+    @property
+    def message(self) -> str:
+        return self._own_message
+
+    @message.setter
+    def message(self, value: str) -> None:
+        if not hasattr(self, "_own_message"):
+            self._own_message = value
+
+
+def input_columns(spec: DataSpec) -> dict[str, dict[str, Any]]:
+    """The columns a request carries, all text: every configured role required, the label
+    optional."""
+    roles = [spec.id, *spec.text, *spec.categorical, *spec.numeric, *spec.date]
+    columns = {name: {"type": "string", "required": True} for name in roles if name}
+    return columns | {spec.label: {"type": "string", "required": False}}
+
+
+def check_request(records: pd.DataFrame, columns: dict[str, dict[str, Any]]) -> None:
+    """Refuse a request with missing or unknown columns, a value that is not text, or no
+    records; the message names the columns, and the row (1-based) of a wrong value."""
+    given = [str(column) for column in records.columns]
+    missing = [name for name, column in columns.items() if column["required"] and name not in given]
+    unknown = [name for name in given if name not in columns]
+    problems = []
+    if missing:
+        problems.append(f"missing column(s) {', '.join(map(repr, missing))}")
+    if unknown:
+        problems.append(
+            f"unknown column(s) {', '.join(map(repr, unknown))} "
+            f"(the model takes {', '.join(map(repr, columns))})"
+        )
+    if problems:
+        raise RefusedRequest("; ".join(problems))
+    if records.empty:
+        raise RefusedRequest("no records")
+    for column in records.columns:
+        for row, value in enumerate(records[column], start=1):
+            if not isinstance(value, str) and not pd.isna(value):
+                raise RefusedRequest(
+                    f"column {str(column)!r}, row {row}: {value!r} is not text "
+                    f"({type(value).__name__}); send every value as a JSON string"
+                )
+
+
 class PredictionModel(mlflow.pyfunc.PythonModel):
     """Raw records in, `predict`'s output (and reject reasons) out."""
 
@@ -65,6 +132,7 @@ class PredictionModel(mlflow.pyfunc.PythonModel):
         spec = json.loads(Path(context.artifacts["prediction"]).read_text(encoding="utf-8"))
         self.config = spec["config"]
         self.spec = DataSpec.from_config(self.config)
+        self.columns = input_columns(self.spec)
         self.provenance = Provenance(**spec["provenance"])
         self.top_k = spec["top_k"]
         baseline = context.artifacts.get("baseline")
@@ -81,22 +149,34 @@ class PredictionModel(mlflow.pyfunc.PythonModel):
         model_input: pd.DataFrame,
         params: dict[str, Any] | None = None,
     ) -> pd.DataFrame:
+        check_request(model_input, self.columns)
         with tempfile.TemporaryDirectory(prefix="account-tax-serve-") as scratch:
-            folder = Path(scratch)
-            # The records as a CSV file: `predict`'s own parsing, and its reject reasons.
-            source = folder / "records.csv"
-            as_text(model_input).write_csv(
-                source,
-                separator=self.spec.csv_separator,
-                null_value=(self.spec.null_values or ("",))[0],
-            )
-            paths = PredictPaths(*(folder / f"{name}.parquet" for name in ("out", "rej", "rev")))
-            predict_records(
-                source, self.spec, self.config, self.candidate, paths, self.provenance, k=self.top_k
-            )
-            return served_frame(
-                pl.read_parquet(paths.predictions), pl.read_parquet(paths.rejects), self.spec
-            ).to_pandas()
+            try:
+                return self.predict_checked(model_input, Path(scratch))
+            except DataError as error:
+                # Said of the request, not of the server's scratch file.
+                raise RefusedRequest(str(error).replace(str(scratch), "the request")) from None
+            except Exception:
+                log.exception("prediction failed")
+                raise RefusedRequest(
+                    "prediction failed on the server; its log has the details", INTERNAL_ERROR
+                ) from None
+
+    def predict_checked(self, model_input: pd.DataFrame, folder: Path) -> pd.DataFrame:
+        # The records as a CSV file: `predict`'s own parsing, and its reject reasons.
+        source = folder / "records.csv"
+        as_text(model_input).write_csv(
+            source,
+            separator=self.spec.csv_separator,
+            null_value=(self.spec.null_values or ("",))[0],
+        )
+        paths = PredictPaths(*(folder / f"{name}.parquet" for name in ("out", "rej", "rev")))
+        predict_records(
+            source, self.spec, self.config, self.candidate, paths, self.provenance, k=self.top_k
+        )
+        return served_frame(
+            pl.read_parquet(paths.predictions), pl.read_parquet(paths.rejects), self.spec
+        ).to_pandas()
 
 
 def as_text(records: pd.DataFrame) -> pl.DataFrame:
@@ -134,21 +214,9 @@ def record_config(config: dict[str, Any]) -> dict[str, Any]:
     return chosen
 
 
-def signature(spec: DataSpec) -> mlflow.models.ModelSignature:
-    """The input columns from the config's column roles, all as text (a CSV's cells: a malformed
-    number comes back as a rejected row with its reason, not as an error); the label optional."""
-    from mlflow.types.schema import ColSpec, Schema
-
-    roles = [spec.id, *spec.text, *spec.categorical, *spec.numeric, *spec.date]
-    columns = [ColSpec("string", name) for name in dict.fromkeys(c for c in roles if c)]
-    columns.append(ColSpec("string", spec.label, required=False))
-    return mlflow.models.ModelSignature(inputs=Schema(columns))
-
-
 def input_example(test_records: Path, spec: DataSpec) -> pd.DataFrame:
     """A few test records, as text in their configured formats."""
-    names = [c.name for c in signature(spec).inputs.inputs]
-    frame = pl.read_parquet(test_records).head(INPUT_EXAMPLE_ROWS).select(names)
+    frame = pl.read_parquet(test_records).head(INPUT_EXAMPLE_ROWS).select(input_columns(spec))
     frame = frame.with_columns(pl.col(c).dt.strftime(spec.date_format) for c in spec.date)
     return frame.with_columns(pl.all().cast(pl.String)).to_pandas()
 
@@ -213,18 +281,26 @@ def save_prediction_model(
         if shipped["candidate"] != MODEL:
             artifacts["baseline"] = str(baseline_model)
         info = read_training_info(model_dir)
+        example = input_example(test_records, spec)
+        # The output schema from the model's own answer to the example; no input schema: the
+        # model checks requests itself (see the module's docstring).
+        loaded = PredictionModel()
+        context = mlflow.pyfunc.PythonModelContext(artifacts=artifacts, model_config={})
+        loaded.load_context(context)
+        answer = loaded.predict(context, example)
         mlflow.pyfunc.save_model(
             str(folder),
-            python_model=PredictionModel(),
+            python_model=PredictionModel(),  # pickled unloaded: the artifacts load it
             artifacts=artifacts,
             code_paths=[str(Path(__file__).parents[1])],
-            signature=signature(spec),
-            input_example=input_example(test_records, spec),
+            signature=mlflow.models.infer_signature(None, answer),
+            input_example=example,
             pip_requirements=requirements(pyproject, info["base_model"]),
             metadata={
                 "base_model": info["base_model"],
                 "candidate": shipped["candidate"],
                 "labels": len(json.loads((model_dir / LABEL_MAP).read_text(encoding="utf-8"))),
+                "input_columns": input_columns(spec),
             },
         )
 

@@ -33,6 +33,7 @@ from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
 from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
 from transformers import set_seed
 
+from account_tax.errors import writing
 from account_tax.io import sha256_file
 from account_tax.storage.manifest import (
     STAGING_PREFIX,
@@ -110,6 +111,7 @@ def clear_staging(run_dir: Path) -> None:
     """Drop the staging folders of interrupted saves. Complete checkpoints are deleted only by
     retention, once their upload receipts are verified."""
     for staging in run_dir.glob(f"{STAGING_PREFIX}*"):
+        log.info("removing %s, left by an interrupted save", staging)
         shutil.rmtree(staging)
 
 
@@ -138,50 +140,55 @@ def save_checkpoint(
     history: list[dict[str, Any]],
 ) -> None:
     """Every rank calls this: each writes its own files and hashes a share of all, rank 0 seals
-    the checkpoint.
+    the checkpoint. A write that fails (a full disk) is a WriteError naming the checkpoint; its
+    staging folder is cleared at the next start.
 
     The collectives (DeepSpeed's save, gathering the trainable state and the digests, the
     barriers) are reached by all ranks alike; rank 0's extra work in between is file handling.
     """
     name = step_name(manifest["step"])
     staging, final = run_dir / f"{STAGING_PREFIX}{name}", run_dir / name
-    if dist.is_main:
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-    barrier()
-    # Frozen base weights are not saved: they come from the base model on resume.
-    if isinstance(engine, FsdpEngine):
-        engine.save(staging / FSDP_TAG, dist.is_main)
-    else:
-        engine.save_checkpoint(
-            staging, tag=DEEPSPEED_TAG, save_latest=False, exclude_frozen_parameters=True
-        )
-    torch.save(rng_state(), staging / f"rng_state_rank{dist.rank}.pt")
-    # ZeRO-2 and ZeRO-3 (ZeRO-1 too in fp32); bf16 under ZeRO-1 partitions differently: its
-    # checkpoints resume on the same number of processes only.
-    if isinstance(getattr(engine, "optimizer", None), ZERO_OPTIMIZERS):
-        state = trainable_state(engine)  # a collective
+    with writing(f"checkpoint {name}", staging):
         if dist.is_main:
-            torch.save(state, staging / TRAINABLE_STATE)
-    barrier()
-    # Each rank hashes a share of the files, so that none waits in a collective while one rank
-    # hashes them all (on slow shared storage that could outlast the collective's timeout).
-    names = sorted(checkpoint_files(staging))
-    mine = {name: sha256_file(staging / name) for name in names[dist.rank :: dist.world_size]}
-    digests = {name: digest for share in gather_from_all(mine) for name, digest in share.items()}
-    if dist.is_main:
-        (staging / HISTORY).write_text(
-            "".join(json.dumps(record) + "\n" for record in history), encoding="utf-8"
-        )
-        write_manifest(staging, manifest, digests)
-        # A folder of this name can only be a checkpoint whose files no longer match; the lock
-        # keeps an upload or a deletion of it from running meanwhile.
-        with checkpoint_lock(final):
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(staging, final)
-        clear_staging(run_dir)
-        log.info("checkpoint %s written", final)
-    barrier()
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+        barrier()
+        # Frozen base weights are not saved: they come from the base model on resume.
+        if isinstance(engine, FsdpEngine):
+            engine.save(staging / FSDP_TAG, dist.is_main)
+        else:
+            engine.save_checkpoint(
+                staging, tag=DEEPSPEED_TAG, save_latest=False, exclude_frozen_parameters=True
+            )
+        torch.save(rng_state(), staging / f"rng_state_rank{dist.rank}.pt")
+        # ZeRO-2 and ZeRO-3 (ZeRO-1 too in fp32); bf16 under ZeRO-1 partitions differently: its
+        # checkpoints resume on the same number of processes only.
+        if isinstance(getattr(engine, "optimizer", None), ZERO_OPTIMIZERS):
+            state = trainable_state(engine)  # a collective
+            if dist.is_main:
+                torch.save(state, staging / TRAINABLE_STATE)
+        barrier()
+        # Each rank hashes a share of the files, so that none waits in a collective while one
+        # rank hashes them all (on slow shared storage that could outlast the collective's
+        # timeout).
+        names = sorted(checkpoint_files(staging))
+        mine = {name: sha256_file(staging / name) for name in names[dist.rank :: dist.world_size]}
+        digests = {
+            name: digest for share in gather_from_all(mine) for name, digest in share.items()
+        }
+        if dist.is_main:
+            (staging / HISTORY).write_text(
+                "".join(json.dumps(record) + "\n" for record in history), encoding="utf-8"
+            )
+            write_manifest(staging, manifest, digests)
+            # A folder of this name can only be a checkpoint whose files no longer match; the
+            # lock keeps an upload or a deletion of it from running meanwhile.
+            with checkpoint_lock(final):
+                shutil.rmtree(final, ignore_errors=True)
+                os.replace(staging, final)
+            clear_staging(run_dir)
+            log.info("checkpoint %s written", final)
+        barrier()
 
 
 def fp32_partitions(engine: DeepSpeedEngine) -> list[torch.Tensor]:

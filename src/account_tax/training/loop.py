@@ -26,7 +26,7 @@ import torch.distributed as torch_dist
 from transformers import PreTrainedTokenizerBase, get_linear_schedule_with_warmup, set_seed
 
 from account_tax.code_hash import code_sha256
-from account_tax.errors import DataError
+from account_tax.errors import DataError, writing
 from account_tax.evaluation.inference import (
     calibrate_model,
     merge_adapter,
@@ -47,6 +47,7 @@ from account_tax.training.batching import (
     watched,
 )
 from account_tax.training.checkpoint import (
+    clear_staging,
     fingerprint,
     latest_checkpoint,
     load_checkpoint,
@@ -430,6 +431,8 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
         raise DataError(f"{paths.train}: no rows to train on")
     precision = resolve_precision(settings.precision, dist.device)
     run_dir = paths.checkpoint_dir / f"run-{run_fingerprint(settings, precision, paths)}"
+    if dist.is_main:
+        clear_staging(run_dir)  # a save that failed (a full disk) or was killed
     resume = latest_checkpoint(run_dir, dist)
     accumulation = kept_accumulation(settings, resume, dist.world_size)
     ds_config = deepspeed_config(settings, precision, dist.world_size, accumulation)
@@ -681,17 +684,18 @@ def finish(
         "value": best[settings.early_stopping.metric] if best else None,
         "stopped": ended,
     }
-    save_outputs(
-        engine,
-        run.tokenizer,
-        settings,
-        paths,
-        run.model_dir,
-        dist,
-        mlflow_run_id,
-        run.head_init,
-        exported,
-    )
+    with writing("the trained model", paths.output_dir):
+        save_outputs(
+            engine,
+            run.tokenizer,
+            settings,
+            paths,
+            run.model_dir,
+            dist,
+            mlflow_run_id,
+            run.head_init,
+            exported,
+        )
     steps_per_epoch = run.steps_per_epoch
     recent = history[-steps_per_epoch:]
     seconds = sum(r["seconds"] for r in history)
@@ -724,17 +728,26 @@ def finish(
     torch_dist.destroy_process_group()
     if dist.is_main:
         # Once the process group is gone, so that no rank waits in a collective meanwhile.
-        if run.head_init["method"] == "label_text":
-            represent_unseen_classes(
-                paths.output_dir, class_texts(run.label_map), run.unseen, settings.max_length
-            )
-        if settings.merge_adapter:
-            merge_adapter(paths.output_dir, paths.output_dir / "merged")
-        metrics["temperature"] = calibrate_model(paths.output_dir, paths.validation)["temperature"]
-        # Sealed like a checkpoint, so the upload can prove every file of it.
-        write_manifest(paths.output_dir, {"model": settings.model})
+        with writing("the trained model", paths.output_dir):
+            seal_model(run, settings, paths, metrics)
         write_json(paths.metrics, metrics)
     return metrics
+
+
+def seal_model(
+    run: TrainingRun, settings: TrainSettings, paths: TrainPaths, metrics: dict[str, Any]
+) -> None:
+    """Rank 0's last touches to the exported model: the classes without rows, the merged
+    adapter, the calibration (its temperature goes into `metrics`) and the manifest."""
+    if run.head_init["method"] == "label_text":
+        represent_unseen_classes(
+            paths.output_dir, class_texts(run.label_map), run.unseen, settings.max_length
+        )
+    if settings.merge_adapter:
+        merge_adapter(paths.output_dir, paths.output_dir / "merged")
+    metrics["temperature"] = calibrate_model(paths.output_dir, paths.validation)["temperature"]
+    # Sealed like a checkpoint, so the upload can prove every file of it.
+    write_manifest(paths.output_dir, {"model": settings.model})
 
 
 def train(
