@@ -216,7 +216,7 @@ def record_config(config: dict[str, Any]) -> dict[str, Any]:
 
 def input_example(test_records: Path, spec: DataSpec) -> pd.DataFrame:
     """A few test records, as text in their configured formats."""
-    frame = pl.read_parquet(test_records).head(INPUT_EXAMPLE_ROWS).select(input_columns(spec))
+    frame = pl.read_parquet(test_records).head(INPUT_EXAMPLE_ROWS).select(list(input_columns(spec)))
     frame = frame.with_columns(pl.col(c).dt.strftime(spec.date_format) for c in spec.date)
     return frame.with_columns(pl.all().cast(pl.String)).to_pandas()
 
