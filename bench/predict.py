@@ -103,10 +103,10 @@ def run_pipeline(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
     from transformers import pipeline
 
     from account_tax.data.serialize import TEXT
-    from account_tax.evaluation.inference import load_classifier
     from account_tax.evaluation.predict import serialized_records
     from account_tax.notebook import stage_folder
     from account_tax.settings import DataSpec
+    from account_tax.training.inference import load_classifier
     from account_tax.training.model import read_training_info
 
     work = Path(spec["workdir"])

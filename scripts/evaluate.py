@@ -15,7 +15,7 @@ import polars as pl
 import torch
 
 from account_tax import cli
-from account_tax.data.serialize import LABEL_ID, TEXT
+from account_tax.data.serialize import LABEL_ID, TEXT, read_split
 from account_tax.data.split import SplitSettings
 from account_tax.evaluation.assessment import (
     BASELINE,
@@ -33,7 +33,6 @@ from account_tax.evaluation.assessment import (
 )
 from account_tax.evaluation.baseline import baseline_logits
 from account_tax.evaluation.hierarchy import hierarchy_metrics, read_parents
-from account_tax.evaluation.inference import load_classifier, model_temperature, predict_logits
 from account_tax.evaluation.plots import (
     plot_baseline_comparison,
     plot_confusion_matrix,
@@ -43,7 +42,7 @@ from account_tax.evaluation.plots import (
     plot_training_curves,
     read_history,
 )
-from account_tax.evaluation.tables import PREDICTED_LABEL_ID, predictions_frame, read_split
+from account_tax.evaluation.tables import PREDICTED_LABEL_ID, predictions_frame
 from account_tax.evaluation.unseen_classes import (
     COMPARATOR,
     nearest_class_scores,
@@ -54,6 +53,7 @@ from account_tax.io import write_json, write_parquet
 from account_tax.settings import EvaluateSettings
 from account_tax.tracking.workflow_run import log_stage, read_run
 from account_tax.training.head_init import class_texts
+from account_tax.training.inference import load_classifier, model_temperature, predict_logits
 from account_tax.training.model import LABEL_MAP, read_training_info
 
 

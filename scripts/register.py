@@ -17,8 +17,8 @@ from pathlib import Path
 import polars as pl
 
 from account_tax import cli
+from account_tax.data.serialize import read_labels
 from account_tax.evaluation.predict import BATCH_SIZE, PredictSettings, Provenance
-from account_tax.evaluation.tables import read_labels
 from account_tax.io import sha256_file, write_json
 from account_tax.settings import EvaluateSettings
 from account_tax.tracking.registry import (

@@ -17,13 +17,13 @@ from account_tax.evaluation.baseline import (
     predict_probabilities,
     train_baseline,
 )
-from account_tax.evaluation.calibration import softmax
 from account_tax.evaluation.metrics import top_k
 from account_tax.evaluation.tables import (
     PREDICTED_LABEL_ID,
     TOP_K_LABEL_IDS,
     TOP_K_PROBABILITIES,
 )
+from account_tax.training.temperature import softmax
 
 REPO = Path(__file__).resolve().parents[1]
 

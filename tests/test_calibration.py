@@ -5,11 +5,9 @@ from account_tax.evaluation.calibration import (
     brier_score,
     calibration_metrics,
     expected_calibration_error,
-    fit_temperature,
-    negative_log_likelihood,
     reliability_bins,
-    softmax,
 )
+from account_tax.training.temperature import fit_temperature, negative_log_likelihood, softmax
 
 
 def overconfident_set(rows: int = 4000, classes: int = 10, seed: int = 0):

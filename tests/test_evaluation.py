@@ -16,7 +16,7 @@ from account_tax.evaluation.assessment import (
     fit_mix_weight,
     verdict_text,
 )
-from account_tax.evaluation.calibration import fit_temperature, negative_log_likelihood
+from account_tax.training.temperature import fit_temperature, negative_log_likelihood
 
 LABELS = [f"class {i}" for i in range(6)]
 REVIEW = ReviewSettings.of(target_precision=0.9, min_rows=20)

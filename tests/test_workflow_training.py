@@ -4,6 +4,7 @@ and the model uploaded to a real S3 server (SeaweedFS) and old checkpoints retai
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -102,6 +103,27 @@ def test_every_stage_ran_once(trained):
         "register": 1,
         "resources": 1,
     }
+
+
+def test_editing_an_evaluation_module_reruns_evaluate_not_train(trained, tmp_path):
+    """A metric edited in evaluation/metrics.py (in a copy of the package, put first on the
+    path): the plan re-runs evaluate and what follows, never train, whose code and checkpoint
+    fingerprint do not reach evaluation code (tests/test_import_direction.py)."""
+    workdir, config, _, server = trained
+    package = tmp_path / "src" / "account_tax"
+    shutil.copytree(REPO / "src" / "account_tax", package)
+    with (package / "evaluation" / "metrics.py").open("a") as handle:
+        handle.write("# an edited metric\n")
+    env = server.env() | {"PYTHONPATH": str(package.parent)}
+    planned = snakemake(workdir, "-n", config=config, env=env)
+    jobs = jobs_run(planned)
+    assert jobs["evaluate"] == 1 and jobs["register"] == 1, planned.stderr[-2000:]
+    assert "train" not in jobs and "upload_checkpoints" not in jobs and "baseline" not in jobs
+    # Unedited, the same copy plans nothing: only the edit made the difference.
+    (package / "evaluation" / "metrics.py").write_bytes(
+        (REPO / "src/account_tax/evaluation/metrics.py").read_bytes()
+    )
+    assert jobs_run(snakemake(workdir, "-n", config=config, env=env)) == {}
 
 
 def test_training_ran_in_two_segments_with_checkpoints_outside_the_outputs(trained):

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 import torch
 
-from account_tax.evaluation.inference import load_classifier, predict_logits
+from account_tax.training.inference import load_classifier, predict_logits
 from account_tax.training.precision import cpu_has_bf16
 
 REPO = Path(__file__).resolve().parents[2]

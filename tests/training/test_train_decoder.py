@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from account_tax.evaluation.inference import load_classifier, predict_probabilities
+from account_tax.training.inference import load_classifier, predict_probabilities
 from account_tax.training.model import resolve_model_dir
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from account_tax.errors import DataError
-from account_tax.evaluation.inference import load_classifier, predict_logits
+from account_tax.training.inference import load_classifier, predict_logits
 from account_tax.training.loop import best_epoch, stop_reason
 from account_tax.training.settings import EarlyStoppingSettings
 

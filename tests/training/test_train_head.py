@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from account_tax.evaluation.inference import load_classifier, predict_probabilities
 from account_tax.training.classifier import hold_rows, pool
 from account_tax.training.head_init import (
     class_texts,
@@ -18,6 +17,7 @@ from account_tax.training.head_init import (
     text_classifier,
     trained_head,
 )
+from account_tax.training.inference import load_classifier, predict_probabilities
 from account_tax.training.model import build_model, load_tokenizer, prepare_for_training
 from account_tax.training.settings import LoraSettings
 

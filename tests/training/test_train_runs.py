@@ -17,8 +17,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from account_tax.evaluation.inference import load_classifier, predict_probabilities
 from account_tax.io import sha256_file
+from account_tax.training.inference import load_classifier, predict_probabilities
 from account_tax.training.loop import segment_end
 from account_tax.training.loss import class_weights, label_counts
 

@@ -95,3 +95,25 @@ def serialize(
     rows = pl.scan_parquet(output).select(pl.len()).collect().item()
     log.info("serialize: %d rows -> %s", rows, output)
     return rows
+
+
+def read_labels(path: Path) -> list[str]:
+    return json.loads(path.read_text(encoding="utf-8"))["labels"]
+
+
+def read_split(path: Path, num_labels: int) -> pl.DataFrame:
+    """A serialized split as scoring reads it (id, text, label id); every label id must be one of
+    the label map's."""
+    frame = pl.read_parquet(path)
+    require_columns(frame.columns, (ID, TEXT, LABEL_ID), path)
+    frame = frame.select(ID, pl.col(TEXT).fill_null(""), LABEL_ID)
+    outside = frame.filter(~pl.col(LABEL_ID).is_between(0, num_labels - 1).fill_null(False))
+    if outside.height:
+        examples = ", ".join(
+            f"{i!r} ({label})" for i, label in outside.select(ID, LABEL_ID).head(5).iter_rows()
+        )
+        raise DataError(
+            f"{path}: {outside.height} row(s) with a label id missing or outside the label map's "
+            f"0..{num_labels - 1}, e.g. {examples}"
+        )
+    return frame

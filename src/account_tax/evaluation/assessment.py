@@ -19,18 +19,12 @@ from typing import Any
 import numpy as np
 
 from account_tax.evaluation.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
-from account_tax.evaluation.calibration import (
-    EPSILON,
-    calibration_metrics,
-    fit_temperature,
-    log_probabilities,
-    reliability_bins,
-    softmax,
-)
+from account_tax.evaluation.calibration import calibration_metrics, reliability_bins
 from account_tax.evaluation.metrics import TOP_K, TOP_K_ACCURACY, classification_metrics, top_k
 from account_tax.evaluation.review import auto_threshold, coverage, precision_coverage_curve
 from account_tax.evaluation.unseen_classes import COMPARATOR
 from account_tax.settings import SectionView
+from account_tax.training.temperature import EPSILON, fit_temperature, log_probabilities, softmax
 
 log = logging.getLogger(__name__)
 

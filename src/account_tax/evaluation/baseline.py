@@ -25,13 +25,13 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import SGDClassifier
 from sklearn.pipeline import FeatureUnion, Pipeline
 
-from account_tax.data.serialize import LABEL_ID, TEXT
+from account_tax.data.serialize import LABEL_ID, TEXT, read_labels, read_split
 from account_tax.errors import DataError
-from account_tax.evaluation.calibration import fit_temperature, log_probabilities, softmax
 from account_tax.evaluation.metrics import TOP_K_ACCURACY, classification_metrics
-from account_tax.evaluation.tables import predictions_frame, read_labels, read_split
+from account_tax.evaluation.tables import predictions_frame
 from account_tax.io import write_json, write_parquet
 from account_tax.settings import SectionView
+from account_tax.training.temperature import fit_temperature, log_probabilities, softmax
 
 log = logging.getLogger(__name__)
 

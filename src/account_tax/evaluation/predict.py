@@ -23,28 +23,27 @@ import polars as pl
 from account_tax.data.clean import CleanSettings, clean
 from account_tax.data.features import FeatureSettings, derived_columns
 from account_tax.data.ingest import ingest
-from account_tax.data.serialize import ID, TEXT, SerializeSettings, text_expression
+from account_tax.data.serialize import ID, TEXT, SerializeSettings, read_labels, text_expression
 from account_tax.evaluation.assessment import BASELINE, MODEL, ensemble_logits
 from account_tax.evaluation.baseline import baseline_logits
-from account_tax.evaluation.calibration import softmax
-from account_tax.evaluation.inference import (
-    load_classifier,
-    model_temperature,
-    predict_probabilities,
-)
 from account_tax.evaluation.review import REVIEW, decisions
 from account_tax.evaluation.tables import (
     CONFIDENCE,
     PREDICTED_LABEL,
     TOP_K_LABELS,
     TOP_K_PROBABILITIES,
-    read_labels,
     top_k_columns,
 )
 from account_tax.io import parquet_rows, sha256_file, write_parquet
 from account_tax.settings import SOURCE_ROW, DataSpec, SectionView
 from account_tax.storage.manifest import content_sha256
+from account_tax.training.inference import (
+    load_classifier,
+    model_temperature,
+    predict_probabilities,
+)
 from account_tax.training.model import LABEL_MAP, read_training_info
+from account_tax.training.temperature import softmax
 
 log = logging.getLogger(__name__)
 

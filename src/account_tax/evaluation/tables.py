@@ -3,16 +3,11 @@ for every scorer: the baseline, the model, their mix)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import polars as pl
 
-from account_tax.data.serialize import ID, LABEL_ID, TEXT
-from account_tax.errors import DataError
+from account_tax.data.serialize import ID, LABEL_ID
 from account_tax.evaluation.metrics import top_k
-from account_tax.io import require_columns
 
 LABEL = "label"
 PREDICTED_LABEL_ID = "predicted_label_id"
@@ -21,27 +16,6 @@ CONFIDENCE = "confidence"
 TOP_K_LABEL_IDS = "top_k_label_ids"
 TOP_K_LABELS = "top_k_labels"
 TOP_K_PROBABILITIES = "top_k_probabilities"
-
-
-def read_labels(path: Path) -> list[str]:
-    return json.loads(path.read_text(encoding="utf-8"))["labels"]
-
-
-def read_split(path: Path, num_labels: int) -> pl.DataFrame:
-    """A serialized split; every label id must be one of the label map's."""
-    frame = pl.read_parquet(path)
-    require_columns(frame.columns, (ID, TEXT, LABEL_ID), path)
-    frame = frame.select(ID, pl.col(TEXT).fill_null(""), LABEL_ID)
-    outside = frame.filter(~pl.col(LABEL_ID).is_between(0, num_labels - 1).fill_null(False))
-    if outside.height:
-        examples = ", ".join(
-            f"{i!r} ({label})" for i, label in outside.select(ID, LABEL_ID).head(5).iter_rows()
-        )
-        raise DataError(
-            f"{path}: {outside.height} row(s) with a label id missing or outside the label map's "
-            f"0..{num_labels - 1}, e.g. {examples}"
-        )
-    return frame
 
 
 def top_k_columns(probabilities: np.ndarray, k: int, labels: list[str]) -> list[pl.Series]:

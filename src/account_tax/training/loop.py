@@ -27,11 +27,6 @@ from transformers import PreTrainedTokenizerBase, get_linear_schedule_with_warmu
 
 from account_tax.code_hash import code_sha256
 from account_tax.errors import DataError, writing
-from account_tax.evaluation.inference import (
-    calibrate_model,
-    merge_adapter,
-    represent_unseen_classes,
-)
 from account_tax.io import sha256_file, write_json
 from account_tax.progress import progress_bar
 from account_tax.storage.manifest import step_name, write_manifest
@@ -58,6 +53,11 @@ from account_tax.training.classifier import hold_rows, save_full_classifier
 from account_tax.training.distributed import Distributed, barrier, init_distributed
 from account_tax.training.fsdp import FsdpEngine
 from account_tax.training.head_init import class_texts, init_head_from_texts, resolve_head_init
+from account_tax.training.inference import (
+    calibrate_model,
+    merge_adapter,
+    represent_unseen_classes,
+)
 from account_tax.training.loss import class_weights, forward_loss, label_counts
 from account_tax.training.model import (
     LABEL_MAP,

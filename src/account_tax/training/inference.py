@@ -14,10 +14,8 @@ import torch
 from peft import PeftModel
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
-from account_tax.data.serialize import LABEL_ID, TEXT
+from account_tax.data.serialize import LABEL_ID, TEXT, read_labels, read_split
 from account_tax.errors import DataError
-from account_tax.evaluation.calibration import fit_temperature, negative_log_likelihood, softmax
-from account_tax.evaluation.tables import read_labels, read_split
 from account_tax.io import write_json
 from account_tax.training.classifier import (
     TextClassifier,
@@ -34,6 +32,7 @@ from account_tax.training.model import (
     resolve_model_dir,
 )
 from account_tax.training.precision import inference_dtype
+from account_tax.training.temperature import fit_temperature, negative_log_likelihood, softmax
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,86 @@
+"""Imports point one way between the package's stage folders: data and storage use only the
+shared helpers at the top, training uses data and storage, evaluation uses training, tracking
+uses everything. So editing evaluation code never changes what training runs (its code hash, and
+with it a checkpoint's fingerprint and the train rule's re-run trigger)."""
+
+import ast
+from pathlib import Path
+
+import account_tax
+from account_tax.code_hash import imported_package_files
+
+PACKAGE = Path(account_tax.__file__).parent
+HELPERS = "helpers"
+# What each stage folder may import besides itself; the top-level modules are HELPERS.
+ALLOWED = {
+    HELPERS: set(),
+    "data": {HELPERS},
+    "storage": {HELPERS},
+    "training": {HELPERS, "data", "storage"},
+    "evaluation": {HELPERS, "data", "storage", "training"},
+    "tracking": {HELPERS, "data", "storage", "training", "evaluation"},
+}
+# The notebook loader (`account_tax.load`) reads every stage's results for a person.
+READERS_OF_EVERYTHING = {"notebook.py", "__init__.py"}
+
+
+def stage_of_module(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[1] in ALLOWED else HELPERS
+
+
+def stage_of_file(path: Path) -> str:
+    relative = path.relative_to(PACKAGE)
+    return relative.parts[0] if len(relative.parts) > 1 else HELPERS
+
+
+def package_imports(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+    return [name for name in found if name.split(".")[0] == "account_tax"]
+
+
+def wrong_arrows() -> list[str]:
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(PACKAGE).as_posix() in READERS_OF_EVERYTHING:
+            continue
+        source = stage_of_file(path)
+        for module in package_imports(path):
+            target = stage_of_module(module)
+            if target != source and target not in ALLOWED[source]:
+                wrong.append(f"{path.relative_to(PACKAGE)} ({source}) imports {module} ({target})")
+    return wrong
+
+
+def test_imports_between_stage_folders_point_one_way():
+    assert wrong_arrows() == []
+
+
+def test_the_check_sees_a_wrong_arrow(monkeypatch, tmp_path):
+    """A training module that imports evaluation is caught (the check can fail)."""
+    package = tmp_path / "account_tax"
+    (package / "training").mkdir(parents=True)
+    (package / "evaluation").mkdir()
+    (package / "training" / "loop.py").write_text("from account_tax.evaluation.metrics import x\n")
+    (package / "evaluation" / "metrics.py").write_text("from account_tax.training import loop\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", package)
+    assert wrong_arrows() == [
+        "training/loop.py (training) imports account_tax.evaluation.metrics (evaluation)"
+    ]
+
+
+def test_training_code_reaches_no_evaluation_module():
+    """What decides train's re-run (the script's code hash) and a checkpoint's fingerprint (the
+    training loop's) is the code they import: no evaluation module is part of it."""
+    scripts = PACKAGE.parents[1] / "scripts"
+    for path in (scripts / "train.py", PACKAGE / "training" / "loop.py"):
+        reached = imported_package_files(path)
+        assert PACKAGE / "training" / "inference.py" in reached
+        assert not [f for f in reached if f.is_relative_to(PACKAGE / "evaluation")], path
+    evaluate = imported_package_files(scripts / "evaluate.py")
+    assert PACKAGE / "evaluation" / "metrics.py" in evaluate
