@@ -4,7 +4,7 @@ them. The browser is Debian's, from `make system-packages`; Playwright never dow
 import shutil
 from pathlib import Path
 
-import pytest
+from missing_tools import unavailable
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -23,7 +23,7 @@ def chromium() -> str:
     """The path of Debian's Chromium (from `make system-packages`)."""
     found = shutil.which("chromium")
     if found is None:
-        pytest.skip("chromium is not installed: run `make system-packages` (as root)")
+        unavailable("chromium is not installed", "make system-packages (as root)")
     return found
 
 

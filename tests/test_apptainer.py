@@ -18,6 +18,7 @@ import polars as pl
 import pytest
 from apptainer_envs import REPO, read_env
 from apptainer_image import Apptainer, Unavailable, definition_image, runtime_binds
+from missing_tools import unavailable
 from mlflow import MlflowClient
 from polars.testing import assert_frame_equal
 from sample_ledger import ledger_config, small_ledger
@@ -26,6 +27,10 @@ from workflow_runner import jobs_run, snakemake, snakemake_command
 pytestmark = pytest.mark.workflow
 
 DATA_ENV = REPO / "envs" / "data.yaml"
+APPTAINER_INSTALL = (
+    "apptainer on PATH, or the Apptainer tarball in ../shared/tools/, and its runtime packages "
+    "from make system-packages (as root)"
+)
 TARGET = "results/clean/records.parquet"
 
 
@@ -34,7 +39,7 @@ def apptainer(tmp_path_factory):
     try:
         return Apptainer.find(tmp_path_factory.mktemp("apptainer-home"))
     except Unavailable as reason:
-        pytest.skip(str(reason))
+        unavailable(str(reason), APPTAINER_INSTALL)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +47,7 @@ def data_image(apptainer):
     try:
         return definition_image(apptainer, REPO / "containers" / "data.def")
     except Unavailable as reason:
-        pytest.skip(str(reason))
+        unavailable(str(reason), APPTAINER_INSTALL)
 
 
 def test_data_image_holds_the_data_env(apptainer, data_image):

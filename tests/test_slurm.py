@@ -20,6 +20,7 @@ import time
 import polars as pl
 import pytest
 import yaml
+from missing_tools import unavailable
 from sample_ledger import ledger_config, small_ledger
 from slurm_cluster import SlurmCluster, missing_slurm
 from tiny_models import build_tiny_bert
@@ -92,7 +93,7 @@ def run_snakemake(workdir, *args, config, env=None, timeout=900):
 def cluster(tmp_path_factory):
     reason = missing_slurm()
     if reason is not None:
-        pytest.skip(f"no SLURM: {reason}")
+        unavailable(f"no SLURM: {reason}", "make system-packages (as root)")
     with SlurmCluster(
         tmp_path_factory.mktemp("slurm"), nodes=2, cpus=2, gpus_per_node=1, min_job_age=3600
     ) as running:

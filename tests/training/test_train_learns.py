@@ -1,0 +1,27 @@
+"""Training learns: the other training tests compare runs with runs (resumed with
+uninterrupted, compiled with eager, FSDP with DeepSpeed), which a bug that stopped learning would
+pass alike. Here the tiny model, on a set its words separate, must end far from chance."""
+
+import json
+import math
+
+import pytest
+
+CLASSES_WITH_ROWS = 4  # of the label map's 5 (`unused` has none)
+
+
+@pytest.mark.slow
+def test_validation_loss_falls_and_accuracy_beats_chance(
+    ledger, tiny_bert, tiny_settings, run_training, tmp_path
+):
+    settings = tiny_settings(tiny_bert, epochs=6, early_stopping={"patience": None})
+    metrics = run_training(ledger, tmp_path, settings)
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    epochs = [record for record in history if record.get("validation_loss") is not None]
+    assert len(epochs) == 6
+    losses = [record["validation_loss"] for record in epochs]
+    # Guessing among the 5 classes gives log(5) = 1.61; the first epoch ends near it.
+    assert losses[-1] < 0.6 * min(losses[0], math.log(5)), losses
+    chance = 1 / CLASSES_WITH_ROWS
+    assert epochs[-1]["validation_accuracy"] >= 3 * chance, epochs[-1]
+    assert metrics["validation_accuracy"] >= 3 * chance
