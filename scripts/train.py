@@ -26,7 +26,6 @@ import os
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.errors import WriteError
 from account_tax.settings import load_settings
 from account_tax.tracking.workflow_run import log_history, log_stage, read_run
 from account_tax.training.loop import TrainPaths, train
@@ -75,11 +74,7 @@ def main() -> None:
     args = parse_args()
     die_on_stop_signals()
     stop_with_parent()
-    cli.quiet_library_bars()
     rank = os.environ.get("RANK", "0")
-    logging.basicConfig(
-        level=logging.INFO, format=f"%(asctime)s rank {rank} %(levelname)s %(name)s: %(message)s"
-    )
     settings = TrainSettings.of(load_settings(args.settings)["train"])
     paths = TrainPaths(
         train=args.train,
@@ -102,9 +97,6 @@ def main() -> None:
             args.checkpoint_dir,
         )
         raise SystemExit(stopped.exit_code) from None
-    except WriteError as error:
-        logging.getLogger("train").error("%s", error)
-        raise SystemExit(1) from None
     # The workflow run's metrics are the trained model's: the last segment's.
     if rank == "0" and args.segment in (None, settings.segments):
         numeric = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
@@ -120,4 +112,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Bad input (a split with no rows) or a failed write ends every rank in one line.
+    cli.run(main, who=f"rank {os.environ.get('RANK', '0')} ")

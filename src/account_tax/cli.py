@@ -49,11 +49,12 @@ def quiet_library_bars() -> None:
         sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
-def run(main: Callable[[], object]) -> None:
+def run(main: Callable[[], object], who: str = "") -> None:
     """Run a stage; bad input ends it with one clear line and exit status 2, an output that
-    cannot be written (a full disk) with one line and status 1: not a traceback."""
+    cannot be written (a full disk) with one line and status 1: not a traceback. `who` goes
+    into every log line (the rank of a training process)."""
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=logging.INFO, format=f"%(asctime)s {who}%(levelname)s %(name)s: %(message)s"
     )
     quiet_library_bars()
     try:
