@@ -173,7 +173,7 @@ def test_bad_values_go_to_rejects_with_row_and_column(tmp_path, write_csv, overr
 
 
 def test_rejects_keep_the_raw_values(tmp_path, write_csv):
-    path = write_csv([ledger_row(1, amount="12,34x", memo="Kept  AS written")])
+    path = write_csv([ledger_row(1, amount="12,34x", memo="Kept  AS written"), ledger_row(2)])
     _, _, rejects = run_clean(tmp_path, path)
     row = rejects.row(0, named=True)
     assert row["amount"] == "12,34x"
@@ -181,7 +181,7 @@ def test_rejects_keep_the_raw_values(tmp_path, write_csv):
 
 
 def test_several_problems_in_one_row_are_all_named(tmp_path, write_csv):
-    path = write_csv([ledger_row(1, amount="x", date="never")])
+    path = write_csv([ledger_row(1, amount="x", date="never"), ledger_row(2)])
     _, _, rejects = run_clean(tmp_path, path)
     reason = rejects.get_column(REASON).item()
     assert "column 'amount'" in reason
@@ -208,6 +208,24 @@ def test_unknown_class_is_rejected_when_classes_are_listed(tmp_path, write_csv):
     assert rejects.get_column(REASON).item() == (
         "unknown class '9999' in column 'account' (not in data.classes)"
     )
+
+
+def test_training_data_with_every_row_rejected_stops_naming_the_commonest_reasons(
+    tmp_path, write_csv
+):
+    rows = [ledger_row(i, amount="x") for i in (1, 2, 3)] + [ledger_row(4, date="never")]
+    path = write_csv(rows)
+    expected = (
+        f"{path}: all 4 rows were rejected, nothing is left to train on; the commonest reasons: "
+        "unparseable number in column 'amount': 'x' (3 rows); unparseable date (format "
+        "%Y-%m-%d) in column 'date': 'never' (1 rows)"
+    )
+    with pytest.raises(DataError) as raised:
+        run_clean(tmp_path, path)
+    assert str(raised.value) == expected
+    # New records to predict are another matter: every row comes back, rejected, with its reason.
+    counts, _, rejects = run_clean(tmp_path, path, require_label=False)
+    assert (counts.rows_out, counts.rejected) == (0, 4)
 
 
 def test_labels_not_required_for_new_records(tmp_path, write_csv):

@@ -239,6 +239,8 @@ def clean(
     require_label: bool = True,
 ) -> CleanCounts:
     """Clean `source` (ingest's output) into `output` and `rejects`; return checked counts.
+    Training data (`require_label`) of which every row is rejected is a DataError naming the
+    file and the commonest reasons: there is nothing to train on.
 
     The rejects name the raw file that ingest read (from `source`'s footer), where `source_row`
     counts; a records file written otherwise names itself.
@@ -303,8 +305,15 @@ def clean(
     )
     counts.check()
     log.info("clean: %s", asdict(counts))
-    for reason, count in reject_reasons(rejects):
+    reasons = reject_reasons(rejects)
+    for reason, count in reasons:
         log.warning("clean: %d row(s) rejected: %s", count, reason)
+    if require_label and counts.rejected == rows_in:
+        commonest = "; ".join(f"{reason} ({count} rows)" for reason, count in reasons[:3])
+        raise DataError(
+            f"{source_file}: all {rows_in} rows were rejected, nothing is left to train on; "
+            f"the commonest reasons: {commonest}"
+        )
     return counts
 
 
