@@ -226,6 +226,7 @@ def test_training_data_with_every_row_rejected_stops_naming_the_commonest_reason
     # New records to predict are another matter: every row comes back, rejected, with its reason.
     counts, _, rejects = run_clean(tmp_path, path, require_label=False)
     assert (counts.rows_out, counts.rejected) == (0, 4)
+    assert rejects.get_column("source_row").to_list() == [1, 2, 3, 4]
 
 
 def test_labels_not_required_for_new_records(tmp_path, write_csv):
