@@ -38,6 +38,7 @@ from account_tax.storage.s3 import (
     client,
     digest_file,
     key_prefix,
+    unusable_store,
     upload_checkpoint,
     upload_segment,
     verify_object,
@@ -571,3 +572,20 @@ def test_a_receipt_that_no_longer_proves_its_checkpoint_is_replaced(
         run_dir, [receipts], KEEP_ONE, tmp_path / "report.json", client(upload_settings)
     )
     assert [Path(d["path"]).name for d in report["deleted"]] == [made[0].name, made[1].name]
+
+
+def test_the_early_check_names_what_is_missing(tmp_path, upload_settings, s3_env, monkeypatch):
+    """What the workflow asks before its first job (common.smk): the bucket of a reachable server
+    with credentials passes; a missing bucket, no server, no credentials are each named."""
+    assert unusable_store(upload_settings) is None
+    assert unusable_store(replace(upload_settings, bucket="no-such-bucket")) == (
+        f"bucket 'no-such-bucket' at endpoint {s3_env.endpoint_url} does not exist; the workflow "
+        "never creates buckets: create it, or set upload.bucket to an existing one"
+    )
+    (port,) = free_ports(1)
+    with monkeypatch.context() as patched:
+        patched.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+        assert "Could not connect to the endpoint URL" in unusable_store(upload_settings)
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    assert unusable_store(upload_settings) == "no S3 credentials in the environment"

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -242,17 +243,53 @@ def test_a_chart_of_accounts_names_the_classes_and_a_bad_one_stops_the_run(tmp_p
     assert label_map["parents"] == [None, "4000", "4000", None, None, "1000"]
     assert label_map["descriptions"] == [None] * 6
 
-    # The chart is an input of clean: an edit re-runs it, and a cycle stops it with the row.
+    # The chart is checked with the config: a cycle stops the run before any job (and before
+    # an MLflow run is opened), naming the row.
+    run_file = tmp_path / "results/tracking/run.json"
+    last_run = run_file.read_text()
     chart.with_columns(gruppe=pl.Series([None, "4210", "4930", None, None, "1000"])).write_csv(
         tmp_path / "chart.csv"
     )
     result = snakemake(tmp_path, "results/features/label_map.json", config=config, check=False)
     assert result.returncode != 0
-    log = (tmp_path / "logs/clean/clean.log").read_text()
     assert (
         "chart.csv: row 2, column 'gruppe': the parent links form a cycle: 4930 -> 4210 -> 4930"
-    ) in log
-    assert "Traceback" not in log
+    ) in result.stderr
+    assert jobs_run(result) == {}
+    assert run_file.read_text() == last_run
+    # A chart file that is not there is named the same way.
+    config["data"]["classes"] = "no-such-chart.csv"
+    result = snakemake(tmp_path, "results/features/label_map.json", config=config, check=False)
+    assert result.returncode != 0
+    assert "data.classes: no chart file no-such-chart.csv" in result.stderr
+
+
+def test_uploads_without_s3_stop_before_any_job(tmp_path, monkeypatch):
+    """Uploads are on by default: with no S3 credentials in the environment the whole workflow
+    stops before its first job, before an MLflow run is opened, saying what to set."""
+    small_ledger(tmp_path / "ledger.csv")
+    config = ledger_config(tmp_path / "ledger.csv")
+    for name in [name for name in os.environ if name.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    env = {
+        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    # The sentinel secret of every workflow run, without a key id, is no credential.
+    result = snakemake(tmp_path, config=config, env=env, check=False)
+    assert result.returncode != 0
+    assert (
+        "uploads are on (upload.enabled) but S3 cannot take them: no S3 credentials in the "
+        "environment. Set AWS_ENDPOINT_URL"
+    ) in result.stderr
+    assert "upload: {enabled: false}" in result.stderr
+    assert jobs_run(result) == {} and not (tmp_path / "results").exists()
+
+    # Without uploads the same config plans the workflow up to evaluate, register and predict.
+    config["upload"] = {"enabled": False}
+    planned = snakemake(tmp_path, "-n", config=config, env=env)
+    assert "train" in jobs_run(planned) and "upload_model" not in jobs_run(planned)
 
 
 @pytest.mark.parametrize("stage", ["ingest", "clean", "features", "split", "serialize"])

@@ -256,6 +256,8 @@ def read_chart(value: list[str] | str | None, columns: ChartColumns) -> Chart | 
     if isinstance(value, list):
         return _checked_chart("data.classes", "item", list(enumerate(value, 1)), None, {})
     path = Path(value)
+    if not path.is_file():
+        raise DataError(f"data.classes: no chart file {path}")
     if path.suffix.lower() in CHART_SUFFIXES:
         return _read_chart_table(path, columns)
     lines = path.read_text(encoding="utf-8").splitlines()

@@ -9,7 +9,7 @@ from snakemake.logging import logger
 
 from account_tax.errors import DataError
 from account_tax.io import resolve_input
-from account_tax.settings import complete
+from account_tax.settings import DataSpec, complete
 from account_tax.tracking.workflow_run import (
     close_abandoned_run,
     finish_run,
@@ -25,8 +25,10 @@ if "data" in workflow.config_settings.overwrite_config:
 
 # The one place the config is checked: a wrong key, type or value stops the run before any job,
 # with one line naming it (the schema stays in its file), and the schema's defaults fill the rest.
+# The chart of accounts (data.classes) is read with it, so that its errors come before any job.
 try:
     config.update(complete(config, whole=True))
+    DataSpec.from_config(config)
 except DataError as error:
     raise WorkflowError(str(error)) from None
 
@@ -90,6 +92,27 @@ def code_sha256(name):
     the package code it runs re-runs the rule (and what follows), and editing code it does not
     run does not."""
     return account_tax.code_hash.code_sha256(Path(script(name)))
+
+
+UPLOAD_RULES = {"upload_checkpoints", "upload_model", "retain"}
+
+
+def check_uploads_can_run():
+    """Called before any job runs: when uploads are among the jobs, S3 must have credentials, an
+    endpoint that answers and the bucket, else the run stops at once saying what to set.
+    """
+    if not any(job.rule.name in UPLOAD_RULES for job in workflow.dag.needrun_jobs()):
+        return
+    from account_tax.storage.s3 import UploadSettings, unusable_store
+
+    problem = unusable_store(UploadSettings.of(config["upload"]))
+    if problem:
+        raise WorkflowError(
+            f"uploads are on (upload.enabled) but S3 cannot take them: {problem}. Set"
+            " AWS_ENDPOINT_URL (a server other than AWS), AWS_ACCESS_KEY_ID and"
+            " AWS_SECRET_ACCESS_KEY (or AWS_PROFILE); or run `make run CONFIG=<your config>`,"
+            " which starts a local S3 server; or set `upload: {enabled: false}` in your config"
+        )
 
 
 def raw_input():

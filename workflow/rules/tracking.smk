@@ -5,6 +5,7 @@
 
 
 onstart:
+    check_uploads_can_run()
     abandoned = close_abandoned_run(Path(RUN_FILE))
     if abandoned is not None:
         logger.warning(

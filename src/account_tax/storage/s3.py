@@ -406,6 +406,23 @@ def upload_checkpoint(
     return receipt
 
 
+PREFLIGHT = Config(connect_timeout=5, read_timeout=10, retries={"total_max_attempts": 1})
+
+
+def unusable_store(settings: UploadSettings) -> str | None:
+    """Why uploads cannot work in this environment, found in seconds before a workflow starts:
+    no credentials, an endpoint that does not answer, a bucket that is missing or refused; None
+    when the bucket answers."""
+    session = boto3.session.Session()
+    if session.get_credentials() is None:
+        return "no S3 credentials in the environment"
+    try:
+        check_bucket(session.client("s3", config=PREFLIGHT), settings.bucket)
+    except UploadError as error:
+        return str(error)
+    return None
+
+
 def check_bucket(s3, bucket: str) -> None:
     """Raise UploadError, naming bucket and endpoint, unless the bucket exists and is ours to use.
 
