@@ -6,7 +6,6 @@ candidate's auto-post threshold, else `review`, and its provenance (candidate, m
 training run, S3 location of the model). The rows to review go to their own file, least
 confident first. Unusable rows go to the rejects file with the reason; the counts add up."""
 
-import json
 from pathlib import Path
 
 import torch
@@ -17,11 +16,11 @@ from account_tax.evaluation.predict import (
     Candidate,
     PredictPaths,
     PredictSettings,
-    Provenance,
+    load_shipped,
     predict_records,
 )
 from account_tax.settings import DataSpec
-from account_tax.tracking.workflow_run import log_stage
+from account_tax.workflow_run import log_stage
 
 
 def main() -> None:
@@ -45,10 +44,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    evaluation = json.loads(args.evaluation.read_text(encoding="utf-8"))
-    shipped = evaluation["comparison"]["shipped"]
-    provenance = Provenance.of(
-        shipped["candidate"], args.model, args.baseline_model, args.model_receipt
+    shipped, provenance = load_shipped(
+        args.evaluation, args.model, args.baseline_model, args.model_receipt
     )
     counts = predict_records(
         args.input,
@@ -66,7 +63,7 @@ def main() -> None:
         counts,
         tags={
             "training_run_id": str(provenance.training_run_id),
-            "candidate": shipped["candidate"],
+            "candidate": shipped.candidate,
         },
     )
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from account_tax import cli
 from account_tax.tracking.resources import plot_resources
-from account_tax.tracking.workflow_run import benchmarks
+from account_tax.workflow_run import benchmarks
 
 
 def main() -> None:

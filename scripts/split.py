@@ -10,7 +10,7 @@ from account_tax import cli
 from account_tax.data.plots import plot_split_distribution
 from account_tax.data.split import SplitSettings, counts_table, split
 from account_tax.settings import DataSpec, EvaluateSettings
-from account_tax.tracking.workflow_run import log_stage
+from account_tax.workflow_run import log_stage
 
 
 def main() -> None:

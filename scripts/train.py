@@ -27,10 +27,10 @@ from pathlib import Path
 
 from account_tax import cli
 from account_tax.settings import load_settings
-from account_tax.tracking.workflow_run import log_history, log_stage, read_run
 from account_tax.training.loop import TrainPaths, train
 from account_tax.training.settings import TrainSettings
 from account_tax.training.stop_signals import TrainingStopped, die_on_stop_signals, stop_with_parent
+from account_tax.workflow_run import log_history, log_stage, read_run
 
 HISTORY_SERIES = (
     "loss",

@@ -31,7 +31,7 @@ from account_tax.storage.s3 import (
     upload_checkpoint,
     upload_segment,
 )
-from account_tax.tracking.workflow_run import log_stage
+from account_tax.workflow_run import log_stage
 
 log = logging.getLogger("account_tax")
 

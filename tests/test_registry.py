@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 from mlflow import MlflowClient
 
+from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.tracking.registry import (
     TEST_PREDICTIONS,
     RefusedRequest,
@@ -61,11 +62,11 @@ def add_champion(registry, frame: pl.DataFrame) -> str:
 
 def decide(registry, verdict: str | None, ours: pl.DataFrame) -> dict:
     client, uri, _ = registry
-    evaluation = {"comparison": {"shipped": {"candidate": "model", "threshold": 0.5}}}
-    if verdict is not None:
-        evaluation["comparison"]["shipped"]["verdict"] = verdict
+    shipped = ShippedCandidate.from_dict(
+        {"candidate": "model", "threshold": 0.5, "verdict": verdict}
+    )
     return champion_decision(
-        client, uri, "m", "champion", evaluation, ours, LABELS, resamples=300, seed=1
+        client, uri, "m", "champion", shipped, ours, LABELS, resamples=300, seed=1
     )
 
 

@@ -32,8 +32,8 @@ from account_tax.settings import (
 from account_tax.storage.retention import RetainSettings
 from account_tax.storage.s3 import UploadSettings
 from account_tax.tracking.registry import RegisterSettings
-from account_tax.tracking.workflow_run import TrackingSettings
 from account_tax.training.settings import TrainSettings
+from account_tax.workflow_run import TrackingSettings
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,7 @@ import sys
 
 from mlflow import MlflowClient
 
-from account_tax.tracking.workflow_run import (
+from account_tax.workflow_run import (
     MAX_PARAM_LENGTH,
     close_abandoned_run,
     finish_run,
@@ -139,7 +139,7 @@ START_AT_ONCE = """
 import sys, time
 from pathlib import Path
 import mlflow  # slow to import: done before the go
-from account_tax.tracking.workflow_run import start_run
+from account_tax.workflow_run import start_run
 go, uri, run_file = sys.argv[1:]
 print("ready", flush=True)
 while not Path(go).exists():

@@ -27,6 +27,7 @@ from account_tax.data.serialize import ID, TEXT, SerializeSettings, read_labels,
 from account_tax.evaluation.assessment import BASELINE, MODEL, ensemble_logits
 from account_tax.evaluation.baseline import baseline_logits
 from account_tax.evaluation.review import REVIEW, decisions
+from account_tax.evaluation.shipped import ShippedCandidate, read_shipped
 from account_tax.evaluation.tables import (
     CONFIDENCE,
     PREDICTED_LABEL,
@@ -124,6 +125,15 @@ class Provenance:
         return cls(candidate, content_sha256(model_dir), baseline, info.get("mlflow_run_id"), uri)
 
 
+def load_shipped(
+    evaluation: Path, model_dir: Path, baseline_model: Path, receipt: Path | None
+) -> tuple[ShippedCandidate, Provenance]:
+    """What evaluate shipped (from its metrics.json), and the provenance every prediction made
+    with it carries (the model's upload receipt, where uploads are on)."""
+    shipped = read_shipped(evaluation)
+    return shipped, Provenance.of(shipped.candidate, model_dir, baseline_model, receipt)
+
+
 class Candidate:
     """The candidate evaluate chose (see `choose_candidate`): the fine-tuned model, the baseline,
     or their mix, loaded once; `probabilities` gives its calibrated class probabilities."""
@@ -132,18 +142,18 @@ class Candidate:
         self,
         model_dir: Path,
         baseline_model: Path | None,
-        shipped: dict[str, Any],
+        shipped: ShippedCandidate,
         batch_size: int = BATCH_SIZE,
     ) -> None:
         self.labels = read_labels(model_dir / LABEL_MAP)
         self.shipped = shipped
         self.batch_size = batch_size
         self.model = self.pipeline = None
-        if shipped["candidate"] != BASELINE:
+        if shipped.candidate != BASELINE:
             self.model = load_classifier(model_dir)
             self.max_length = read_training_info(model_dir)["settings"]["max_length"]
             self.temperature = model_temperature(model_dir)
-        if shipped["candidate"] != MODEL:
+        if shipped.candidate != MODEL:
             self.pipeline = joblib.load(baseline_model)
 
     def probabilities(self, texts: list[str]) -> np.ndarray:
@@ -160,16 +170,16 @@ class Candidate:
         if self.pipeline is not None:
             baseline_probabilities = softmax(
                 baseline_logits(self.pipeline, texts, len(self.labels)),
-                self.shipped["baseline_temperature"],
+                self.shipped.baseline_temperature,
             )
         if self.pipeline is None:
             return model_probabilities
         if self.model is None:
             return baseline_probabilities
         mixed = ensemble_logits(
-            model_probabilities, baseline_probabilities, self.shipped["ensemble_weight"]
+            model_probabilities, baseline_probabilities, self.shipped.ensemble_weight
         )
-        return softmax(mixed, self.shipped["ensemble_temperature"])
+        return softmax(mixed, self.shipped.ensemble_temperature)
 
 
 def predict_records(
@@ -197,7 +207,7 @@ def predict_records(
         chunks.append(top_k_columns(probabilities, k, candidate.labels))
         log.info("predict: %d of %d rows scored", min(start + CHUNK_ROWS, len(texts)), len(texts))
     predicted = [pl.concat(columns) for columns in zip(*chunks, strict=True)]
-    threshold = candidate.shipped["threshold"]
+    threshold = candidate.shipped.threshold
     # The decision follows the confidence as written (float32), so a reader re-checking a row
     # against the threshold always agrees with it.
     confidence = next(column for column in predicted if column.name == CONFIDENCE).to_numpy()

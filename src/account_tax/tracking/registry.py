@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import html
 import importlib.metadata
 import json
 import logging
+import os
 import tempfile
 import tomllib
 from dataclasses import dataclass
@@ -41,15 +43,25 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import BAD_REQUEST, INTERNAL_ERROR
 
 from account_tax.data.clean import REASON
-from account_tax.data.serialize import ID
+from account_tax.data.serialize import ID, read_labels
 from account_tax.errors import DataError
 from account_tax.evaluation.assessment import DECIDING_METRIC, MODEL
 from account_tax.evaluation.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
-from account_tax.evaluation.predict import Candidate, PredictPaths, Provenance, predict_records
+from account_tax.evaluation.predict import (
+    BATCH_SIZE,
+    Candidate,
+    PredictPaths,
+    PredictSettings,
+    Provenance,
+    load_shipped,
+    predict_records,
+)
+from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, LABEL, PREDICTED_LABEL, TOP_K_LABELS
-from account_tax.io import PACKAGE_PREFIX
-from account_tax.settings import SOURCE_ROW, DataSpec, SectionView
+from account_tax.io import PACKAGE_PREFIX, sha256_file, write_json
+from account_tax.settings import SOURCE_ROW, DataSpec, EvaluateSettings, SectionView
 from account_tax.training.model import LABEL_MAP, read_training_info
+from account_tax.workflow_run import log_stage, run_client, store_lock
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +151,7 @@ class PredictionModel(mlflow.pyfunc.PythonModel):
         self.candidate = Candidate(
             Path(context.artifacts["model"]),
             Path(baseline) if baseline else None,
-            spec["shipped"],
+            ShippedCandidate.from_dict(spec["shipped"]),
             spec["batch_size"],
         )
 
@@ -246,7 +258,7 @@ def save_prediction_model(
     config: dict[str, Any],
     model_dir: Path,
     baseline_model: Path,
-    evaluation: dict[str, Any],
+    shipped: ShippedCandidate,
     test_predictions: Path,
     test_records: Path,
     provenance: Provenance,
@@ -255,7 +267,6 @@ def save_prediction_model(
     batch_size: int,
 ) -> None:
     """Write the pyfunc model into `folder` (which must not exist)."""
-    shipped = evaluation["comparison"]["shipped"]
     records = record_config(config)
     spec = DataSpec.from_config(records)
     with tempfile.TemporaryDirectory(prefix="register-") as scratch:
@@ -264,7 +275,7 @@ def save_prediction_model(
             json.dumps(
                 {
                     "config": records,
-                    "shipped": shipped,
+                    "shipped": shipped.to_dict(),
                     "provenance": dataclasses.asdict(provenance),
                     "top_k": top_k,
                     "batch_size": batch_size,
@@ -278,7 +289,7 @@ def save_prediction_model(
             "model": str(model_dir),
             "test_predictions": str(test_predictions),
         }
-        if shipped["candidate"] != MODEL:
+        if shipped.candidate != MODEL:
             artifacts["baseline"] = str(baseline_model)
         info = read_training_info(model_dir)
         example = input_example(test_records, spec)
@@ -298,7 +309,7 @@ def save_prediction_model(
             pip_requirements=requirements(pyproject, info["base_model"]),
             metadata={
                 "base_model": info["base_model"],
-                "candidate": shipped["candidate"],
+                "candidate": shipped.candidate,
                 "labels": len(json.loads((model_dir / LABEL_MAP).read_text(encoding="utf-8"))),
                 "input_columns": input_columns(spec),
             },
@@ -367,7 +378,7 @@ def champion_decision(
     tracking_uri: str,
     name: str,
     alias: str,
-    evaluation: dict[str, Any],
+    shipped: ShippedCandidate,
     ours: pl.DataFrame,
     labels: list[str],
     *,
@@ -375,13 +386,11 @@ def champion_decision(
     seed: int,
 ) -> dict[str, Any]:
     """Whether the new version takes `alias`, and why."""
-    shipped = evaluation["comparison"]["shipped"]
-    verdict = shipped.get("verdict")
-    if verdict != BETTER:
-        judged = verdict or "not judged (no test rows, or the baseline itself)"
+    if shipped.verdict != BETTER:
+        judged = shipped.verdict or "not judged (no test rows, or the baseline itself)"
         return {
             "moved": False,
-            "why": f"the shipped {shipped['candidate']} is {judged} against the baseline on test",
+            "why": f"the shipped {shipped.candidate} is {judged} against the baseline on test",
         }
     current = current_version(client, name, alias)
     if current is None:
@@ -402,7 +411,7 @@ def champion_decision(
         ours,
         theirs,
         labels,
-        (shipped["threshold"], float(champion_threshold) if champion_threshold else None),
+        (shipped.threshold, float(champion_threshold) if champion_threshold else None),
         resamples=resamples,
         seed=seed,
     )
@@ -429,3 +438,126 @@ def register_version(client, name: str, run_id: str, folder: Path, tags: dict[st
             name, description="account-tax: raw accounting records to account suggestions"
         )
     return client.create_model_version(name, source, run_id=run_id, tags=tags)
+
+
+@dataclass(frozen=True)
+class RegisterPaths:
+    """Register's inputs (the model's upload receipt only where uploads are on) and outputs."""
+
+    model: Path
+    baseline_model: Path
+    evaluation: Path
+    test_predictions: Path
+    test_records: Path
+    model_receipt: Path | None
+    pyproject: Path
+    output: Path
+    summary: Path
+
+
+def register(paths: RegisterPaths, settings: dict[str, Any], tracking: Path) -> dict[str, Any]:
+    """Save the prediction path as a pyfunc model, log it into the workflow's run (`tracking`,
+    its run file) and register it as a new version with the candidate alias; move the champion
+    alias as `champion_decision` says. Writes and returns what happened."""
+    options = RegisterSettings.of(settings["register"])
+    evaluate = EvaluateSettings.of(settings["evaluate"])
+    shipped, provenance = load_shipped(
+        paths.evaluation, paths.model, paths.baseline_model, paths.model_receipt
+    )
+    client, run = run_client(tracking)
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or run["tracking_uri"]
+    test_predictions = pl.read_parquet(paths.test_predictions)
+    tags = {
+        "workflow_run_id": run["run_id"],
+        **{k: str(v) for k, v in vars(provenance).items() if v is not None},
+        "test_split_sha256": evaluated_rows_sha256(test_predictions),
+        "label_map_sha256": sha256_file(paths.model / LABEL_MAP),
+        "auto_threshold": str(shipped.threshold),
+        "verdict_against_baseline": str(shipped.verdict),
+    }
+    if paths.model_receipt is not None:
+        tags["model_receipt_sha256"] = sha256_file(paths.model_receipt)
+    with tempfile.TemporaryDirectory(prefix="register-") as scratch:
+        folder = Path(scratch) / ARTIFACT_PATH
+        save_prediction_model(
+            folder,
+            config=settings,
+            model_dir=paths.model,
+            baseline_model=paths.baseline_model,
+            shipped=shipped,
+            test_predictions=paths.test_predictions,
+            test_records=paths.test_records,
+            provenance=provenance,
+            pyproject=paths.pyproject,
+            top_k=PredictSettings.of(settings["predict"]).top_k,
+            batch_size=BATCH_SIZE,
+        )
+        stored_bytes = folder_bytes(folder)
+        # One registration at a time: the champion check and the alias move go together.
+        with store_lock(uri):
+            version = register_version(client, options.name, run["run_id"], folder, tags)
+            champion = champion_decision(
+                client,
+                uri,
+                options.name,
+                options.champion_alias,
+                shipped,
+                test_predictions,
+                read_labels(paths.model / LABEL_MAP),
+                resamples=evaluate.bootstrap_resamples,
+                seed=evaluate.seed,
+            )
+            client.set_registered_model_alias(
+                options.name, options.candidate_alias, version.version
+            )
+            if champion["moved"]:
+                client.set_registered_model_alias(
+                    options.name, options.champion_alias, version.version
+                )
+    record = {
+        "name": options.name,
+        "version": version.version,
+        "model_uri": f"models:/{options.name}/{version.version}",
+        "source": version.source,
+        "stored_bytes": stored_bytes,
+        "aliases": {options.candidate_alias: version.version},
+        "champion": champion,
+        "tags": tags,
+    }
+    if champion["moved"]:
+        record["aliases"][options.champion_alias] = version.version
+    write_json(paths.output, record)
+    paths.summary.write_text(summary_html(record, options.champion_alias), encoding="utf-8")
+    log.info(
+        "registered %s version %s (%.1f MB at %s); %s %s: %s",
+        options.name,
+        version.version,
+        stored_bytes / 1e6,
+        version.source,
+        options.champion_alias,
+        "moved to it" if champion["moved"] else "not moved",
+        champion["why"],
+    )
+    log_stage(
+        tracking,
+        "register",
+        {"version": int(version.version), "stored_bytes": stored_bytes},
+        tags={
+            "model_uri": record["model_uri"],
+            "champion_moved": str(champion["moved"]),
+            "champion_why": champion["why"],
+        },
+    )
+    return record
+
+
+def summary_html(record: dict, champion_alias: str) -> str:
+    moved = "moved to this version" if record["champion"]["moved"] else "not moved"
+    return (
+        "<html><body><h2>Model Registry</h2>"
+        f"<p>Registered <code>{html.escape(record['model_uri'])}</code> "
+        f"({record['stored_bytes'] / 1e6:.1f} MB at <code>{html.escape(record['source'])}</code>)"
+        f", aliases {html.escape(', '.join(record['aliases']))}.</p>"
+        f"<p>{html.escape(champion_alias)}: {moved}: {html.escape(record['champion']['why'])}."
+        "</p></body></html>\n"
+    )

@@ -1,0 +1,96 @@
+"""The README's own-ledger section, done as a new user would: the repository as a clone holds it,
+a ledger CSV and a chart of accounts, a config file like the README's, and
+`make run CONFIG=my.yaml`, which starts the local S3 server for the uploads and stops it after.
+The environment is this test run's (the Makefile is told where it is, and that it is up to date)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+from sample_ledger import LEDGER_COLUMNS, small_ledger
+
+REPO = Path(__file__).resolve().parents[1]
+VENV = Path(sys.executable).parents[1]
+
+pytestmark = [pytest.mark.workflow, pytest.mark.slow]
+
+
+def clone(target: Path) -> Path:
+    """The repository's tracked files, as `git clone` would lay them out (no results, no venv)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        source, copy = REPO / name, target / name
+        if source.is_file():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_bytes(source.read_bytes())
+            copy.chmod(source.stat().st_mode)
+    return target
+
+
+def make_run(repository: Path) -> subprocess.CompletedProcess:
+    env = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
+    # DeepSpeed's compiled CPU module, shared with the other tests (minutes to build).
+    env["TORCH_EXTENSIONS_DIR"] = str(REPO / ".cache" / "torch_extensions")
+    command = ["make", "run", "CONFIG=my.yaml", f"VENV={VENV}", "-o", f"{VENV}/.installed"]
+    return subprocess.run(
+        command, cwd=repository, env=env, capture_output=True, text=True, timeout=1200
+    )
+
+
+def test_make_run_on_my_own_ledger_and_chart(tmp_path):
+    repository = clone(tmp_path / "account-tax")
+    exports = repository / "exports"
+    exports.mkdir()
+    rows_in = small_ledger(exports / "ledger-2025.csv")
+    pl.DataFrame(
+        {
+            "account": ["4000", "4930", "4210", "4400", "1000", "1800"],
+            "title": ["Expenses", "Office supplies", "Rent", "Sales revenue", "Assets", "Bank"],
+            "group": [None, "4000", "4000", None, None, "1000"],
+        }
+    ).write_csv(exports / "chart-of-accounts.csv")
+    my_config = {
+        "data": {
+            "path": "exports/ledger-2025.csv",
+            "columns": LEDGER_COLUMNS,
+            "date_format": "%Y-%m-%d",
+            "classes": "exports/chart-of-accounts.csv",
+            "chart_columns": {"code": "account", "name": "title", "parent": "group"},
+        },
+        "features": {"mask_digits": ["memo"]},
+        "serialize": {
+            "fields": [
+                {"column": "memo"},
+                {"column": "vendor"},
+                {"column": "amount_magnitude", "name": "amount"},
+                {"column": "date_month", "name": "month"},
+            ]
+        },
+    }
+    (repository / "my.yaml").write_text(yaml.safe_dump(my_config, sort_keys=False))
+
+    result = make_run(repository)
+
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    results = repository / "results"
+    counts = json.loads((results / "clean/counts.json").read_text())
+    assert counts["rows_in"] == rows_in
+    label_map = json.loads((results / "features/label_map.json").read_text())
+    assert label_map["labels"] == ["4000", "4930", "4210", "4400", "1000", "1800"]
+    evaluation = json.loads((results / "evaluate/metrics.json").read_text())
+    assert evaluation["comparison"]["shipped"]["candidate"]
+    receipt = json.loads((results / "upload/model.json").read_text())
+    assert receipt["bucket"] == "account-tax" and receipt["objects"]
+    assert json.loads((results / "register/model.json").read_text())["version"]
+    # The local S3 server is stopped again, and a second run has nothing to do.
+    assert not (repository / ".cache/s3/server.pid").exists()
+    again = make_run(repository)
+    assert again.returncode == 0
+    assert "Nothing to be done" in again.stdout
