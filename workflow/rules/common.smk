@@ -1,4 +1,5 @@
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -113,6 +114,28 @@ def check_uploads_can_run():
             " AWS_SECRET_ACCESS_KEY (or AWS_PROFILE); or run `make run CONFIG=<your config>`,"
             " which starts a local S3 server; or set `upload: {enabled: false}` in your config"
         )
+
+
+def path_options(*not_options):
+    """A params function that gives the script every named input and output of its rule as the
+    option of that name (`train_records` -> `--train-records PATH`, a list as several values),
+    so that each path is written once, in the rule. `not_options` names the inputs and outputs
+    the script takes no option for (files that only trigger a re-run, or that it writes into a
+    folder it is given)."""
+
+    def options(wildcards, input, output):
+        named = [*input.items(), *output.items()]
+        return " ".join(
+            f"--{name.replace('_', '-')} "
+            + " ".join(
+                shlex.quote(str(path))
+                for path in ([paths] if isinstance(paths, str) else paths)
+            )
+            for name, paths in named
+            if name not in not_options
+        )
+
+    return options
 
 
 def raw_input():
@@ -231,13 +254,13 @@ def predict_inputs(wildcards):
     upload receipt where uploads are on (every prediction names where the model is stored).
     """
     inputs = {
-        "records": config["predict"]["inputs"][wildcards.name],
+        "input": config["predict"]["inputs"][wildcards.name],
         "model": f"{TRAINED}/model",
         "baseline_model": "results/baseline/model.joblib",
         "evaluation": "results/evaluate/metrics.json",
     }
     if config["upload"]["enabled"]:
-        inputs["receipt"] = "results/upload/model.json"
+        inputs["model_receipt"] = "results/upload/model.json"
     return inputs
 
 
@@ -252,7 +275,7 @@ def register_inputs(wildcards):
         "test_records": "results/split/test.parquet",
     }
     if config["upload"]["enabled"]:
-        inputs["receipt"] = "results/upload/model.json"
+        inputs["model_receipt"] = "results/upload/model.json"
     return inputs
 
 

@@ -1,8 +1,8 @@
 rule ingest:
     input:
-        raw_input(),
+        input=raw_input(),
     output:
-        "results/ingest/records.parquet",
+        output="results/ingest/records.parquet",
     log:
         "logs/ingest/ingest.log",
     benchmark:
@@ -17,17 +17,18 @@ rule ingest:
         code=code_sha256("ingest"),
         tracking=RUN_FILE,
         settings=settings("data"),
+        paths=path_options(),
     shell:
         "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
-        " --input {input:q} --output {output} --tracking {params.tracking} > {log} 2>&1"
+        " {params.paths} --tracking {params.tracking} > {log} 2>&1"
 
 
 rule clean:
     input:
-        records="results/ingest/records.parquet",
+        input="results/ingest/records.parquet",
         classes=classes_file(),
     output:
-        records="results/clean/records.parquet",
+        output="results/clean/records.parquet",
         rejects="results/clean/rejects.parquet",
         counts="results/clean/counts.json",
         summary=report(
@@ -49,19 +50,18 @@ rule clean:
         code=code_sha256("clean"),
         tracking=RUN_FILE,
         settings=settings("data", "clean"),
+        paths=path_options("classes"),
     shell:
         "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
-        " --input {input.records} --output {output.records} --rejects {output.rejects}"
-        " --counts {output.counts} --summary {output.summary}"
-        " --tracking {params.tracking} > {log} 2>&1"
+        " {params.paths} --tracking {params.tracking} > {log} 2>&1"
 
 
 rule features:
     input:
-        records="results/clean/records.parquet",
+        input="results/clean/records.parquet",
         classes=classes_file(),
     output:
-        records="results/features/records.parquet",
+        output="results/features/records.parquet",
         label_map="results/features/label_map.json",
         plot=report(
             "results/features/class_distribution.png",
@@ -82,15 +82,15 @@ rule features:
         code=code_sha256("features"),
         tracking=RUN_FILE,
         settings=settings("data", "features"),
+        paths=path_options("classes"),
     shell:
         "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
-        " --input {input.records} --output {output.records} --label-map {output.label_map}"
-        " --plot {output.plot} --tracking {params.tracking} > {log} 2>&1"
+        " {params.paths} --tracking {params.tracking} > {log} 2>&1"
 
 
 rule split:
     input:
-        "results/features/records.parquet",
+        input="results/features/records.parquet",
     output:
         splits=expand("results/split/{split}.parquet", split=SPLITS),
         report="results/split/split_report.json",
@@ -99,7 +99,7 @@ rule split:
             caption="../report/split_distribution.rst",
             category="Split",
         ),
-        counts=report(
+        counts_table=report(
             "results/split/split_counts.tsv",
             caption="../report/split_counts.rst",
             category="Split",
@@ -119,19 +119,19 @@ rule split:
         tracking=RUN_FILE,
         out_dir=lambda wildcards, output: Path(output.report).parent,
         settings=settings("data", "split", "evaluate.holdout_classes"),
+        # The splits and the report are written into --out-dir.
+        paths=path_options("splits", "report"),
     shell:
         "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
-        " --input {input} --out-dir {params.out_dir} --plot {output.plot}"
-        " --counts-table {output.counts}"
-        " --tracking {params.tracking} > {log} 2>&1"
+        " {params.paths} --out-dir {params.out_dir} --tracking {params.tracking} > {log} 2>&1"
 
 
 rule serialize:
     input:
-        records="results/split/{split}.parquet",
+        input="results/split/{split}.parquet",
         label_map="results/features/label_map.json",
     output:
-        "results/serialize/{split}.parquet",
+        output="results/serialize/{split}.parquet",
     log:
         "logs/serialize/{split}.log",
     benchmark:
@@ -146,7 +146,7 @@ rule serialize:
         code=code_sha256("serialize"),
         tracking=RUN_FILE,
         settings=settings("data", "serialize"),
+        paths=path_options(),
     shell:
         "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
-        " --input {input.records} --label-map {input.label_map} --output {output}"
-        " --tracking {params.tracking} > {log} 2>&1"
+        " {params.paths} --tracking {params.tracking} > {log} 2>&1"

@@ -5,7 +5,7 @@ rule baseline:
         test="results/serialize/test.parquet",
         label_map="results/features/label_map.json",
     output:
-        model="results/baseline/model.joblib",
+        model_output="results/baseline/model.joblib",
         metrics="results/baseline/metrics.json",
         predictions="results/baseline/test_predictions.parquet",
     log:
@@ -22,12 +22,10 @@ rule baseline:
         code=code_sha256("baseline"),
         tracking=RUN_FILE,
         settings=settings("baseline"),
+        paths=path_options(),
     shell:
-        "python {params.script} --settings {params.settings:q} --train {input.train}"
-        " --validation {input.validation} --test {input.test} --label-map {input.label_map}"
-        " --model-output {output.model} --metrics {output.metrics}"
-        " --predictions {output.predictions} --threads {threads}"
-        " --tracking {params.tracking} > {log} 2>&1"
+        "python {params.script} --settings {params.settings:q} {params.paths}"
+        " --threads {threads} --tracking {params.tracking} > {log} 2>&1"
 
 
 rule evaluate:
@@ -39,7 +37,7 @@ rule evaluate:
         train_records="results/split/train.parquet",
         test_records="results/split/test.parquet",
         baseline_model="results/baseline/model.joblib",
-        baseline="results/baseline/metrics.json",
+        baseline_metrics="results/baseline/metrics.json",
     output:
         metrics="results/evaluate/metrics.json",
         predictions="results/evaluate/test_predictions.parquet",
@@ -91,26 +89,18 @@ rule evaluate:
         script=script("evaluate"),
         code=code_sha256("evaluate"),
         tracking=RUN_FILE,
-        settings=settings("review", "evaluate", "split"),
+        settings=settings("review", "evaluate", "split", "predict.top_k"),
+        paths=path_options(),
     shell:
         "OMP_NUM_THREADS={threads} python {params.script} --settings {params.settings:q}"
-        " --model {input.model} --history {input.history} --validation {input.validation}"
-        " --test {input.test} --train-records {input.train_records}"
-        " --test-records {input.test_records}"
-        " --baseline-model {input.baseline_model} --baseline-metrics {input.baseline}"
-        " --metrics {output.metrics} --predictions {output.predictions}"
-        " --summary {output.summary} --curves {output.curves} --confusion {output.confusion}"
-        " --f1-support {output.f1_support} --comparison {output.comparison}"
-        " --reliability {output.reliability}"
-        " --precision-coverage {output.precision_coverage}"
-        " --threads {threads} --tracking {params.tracking} > {log} 2>&1"
+        " {params.paths} --threads {threads} --tracking {params.tracking} > {log} 2>&1"
 
 
 rule predict:
     input:
         unpack(predict_inputs),
     output:
-        predictions="results/predict/{name}.parquet",
+        output="results/predict/{name}.parquet",
         rejects="results/predict/{name}.rejects.parquet",
         review="results/predict/{name}.review.parquet",
     log:
@@ -126,14 +116,8 @@ rule predict:
         script=script("predict"),
         code=code_sha256("predict"),
         tracking=RUN_FILE,
-        receipt=lambda wildcards, input: (
-            f"--model-receipt {input.receipt}" if "receipt" in input.keys() else ""
-        ),
         settings=settings("data", "clean", "features", "serialize", "predict.top_k"),
+        paths=path_options(),
     shell:
         "OMP_NUM_THREADS={threads} python {params.script} --settings {params.settings:q}"
-        " --input {input.records:q} --model {input.model} --evaluation {input.evaluation}"
-        " --baseline-model {input.baseline_model}"
-        " {params.receipt} --output {output.predictions} --rejects {output.rejects}"
-        " --review {output.review} --threads {threads}"
-        " --tracking {params.tracking} > {log} 2>&1"
+        " {params.paths} --threads {threads} --tracking {params.tracking} > {log} 2>&1"

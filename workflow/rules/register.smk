@@ -2,7 +2,7 @@ rule register:
     input:
         unpack(register_inputs),
     output:
-        record="results/register/model.json",
+        output="results/register/model.json",
         summary=report(
             "results/register/summary.html",
             caption="../report/register.rst",
@@ -21,15 +21,10 @@ rule register:
         code=code_sha256("register"),
         tracking=RUN_FILE,
         pyproject=workflow_file("pyproject.toml"),
-        receipt=lambda wildcards, input: (
-            f"--model-receipt {input.receipt}" if "receipt" in input.keys() else ""
-        ),
         settings=settings(
             "data", "clean", "features", "serialize", "predict", "evaluate", "register"
         ),
+        paths=path_options(),
     shell:
-        "python {params.script} --settings {params.settings:q} --model {input.model}"
-        " --baseline-model {input.baseline_model} --evaluation {input.evaluation}"
-        " --test-predictions {input.test_predictions} --test-records {input.test_records}"
-        " {params.receipt} --pyproject {params.pyproject} --output {output.record}"
-        " --summary {output.summary} --tracking {params.tracking} > {log} 2>&1"
+        "python {params.script} --settings {params.settings:q} {params.paths}"
+        " --pyproject {params.pyproject} --tracking {params.tracking} > {log} 2>&1"

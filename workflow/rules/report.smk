@@ -22,6 +22,8 @@ rule resources:
         script=script("resources"),
         code=code_sha256("resources"),
         benchmarks="benchmarks",
+        # Its inputs (every other output, unnamed) only order it last: it reads the benchmarks.
+        paths=path_options(),
     shell:
         "python {params.script} --settings '{{}}' --benchmarks {params.benchmarks}"
-        " --table {output.table} --plot {output.plot} > {log} 2>&1"
+        " {params.paths} > {log} 2>&1"

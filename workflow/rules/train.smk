@@ -8,10 +8,10 @@ rule train:
         **train_inputs(),
         previous=previous_segment,
     output:
-        model=directory("results/train/segment-{segment}/model"),
+        output_dir=directory("results/train/segment-{segment}/model"),
         metrics="results/train/segment-{segment}/metrics.json",
         history="results/train/segment-{segment}/history.jsonl",
-        marker="results/train/segment-{segment}/marker.json",
+        segment_marker="results/train/segment-{segment}/marker.json",
     log:
         "logs/train/segment-{segment}.log",
     benchmark:
@@ -30,10 +30,9 @@ rule train:
         checkpoint_dir=CHECKPOINT_DIR,
         tracking=RUN_FILE,
         settings=settings("train"),
+        # The DeepSpeed file reaches the script through train.deepspeed_config.
+        paths=path_options("deepspeed", "previous"),
     shell:
-        "{params.launcher} {params.script} --settings {params.settings:q}"
-        " --train {input.train} --validation {input.validation} --label-map {input.label_map}"
+        "{params.launcher} {params.script} --settings {params.settings:q} {params.paths}"
         " --checkpoint-dir {params.checkpoint_dir} --segment {wildcards.segment}"
-        " --segment-marker {output.marker} --output-dir {output.model}"
-        " --metrics {output.metrics} --history {output.history}"
         " --tracking {params.tracking} > {log} 2>&1"

@@ -8,9 +8,9 @@
 
 rule upload_checkpoints:
     input:
-        marker="results/train/segment-{segment}/marker.json",
+        segment_marker="results/train/segment-{segment}/marker.json",
     output:
-        "results/upload/checkpoints/segment-{segment}.json",
+        index="results/upload/checkpoints/segment-{segment}.json",
     log:
         "logs/upload/checkpoints-{segment}.log",
     benchmark:
@@ -26,17 +26,18 @@ rule upload_checkpoints:
         tracking=RUN_FILE,
         receipts=RECEIPTS_DIR,
         settings=settings("upload"),
+        paths=path_options(),
     shell:
         "python {params.script} --settings {params.settings:q} --run-file {params.tracking}"
-        " --segment-marker {input.marker} --receipts-dir {params.receipts} --index {output}"
+        " {params.paths} --receipts-dir {params.receipts}"
         " --tracking {params.tracking} > {log} 2>&1"
 
 
 rule upload_model:
     input:
-        f"{TRAINED}/model",
+        source=f"{TRAINED}/model",
     output:
-        "results/upload/model.json",
+        receipt="results/upload/model.json",
     log:
         "logs/upload/model.log",
     benchmark:
@@ -52,17 +53,18 @@ rule upload_model:
         tracking=RUN_FILE,
         receipts=RECEIPTS_DIR,
         settings=settings("upload"),
+        paths=path_options(),
     shell:
         "python {params.script} --settings {params.settings:q} --run-file {params.tracking}"
-        " --source {input} --name model --receipts-dir {params.receipts} --receipt {output}"
+        " {params.paths} --name model --receipts-dir {params.receipts}"
         " --tracking {params.tracking} > {log} 2>&1"
 
 
 rule retain:
     input:
-        "results/upload/checkpoints/segment-{segment}.json",
+        index="results/upload/checkpoints/segment-{segment}.json",
     output:
-        "results/retain/segment-{segment}.json",
+        report="results/retain/segment-{segment}.json",
     log:
         "logs/retain/segment-{segment}.log",
     benchmark:
@@ -79,7 +81,9 @@ rule retain:
         checkpoint_dir=CHECKPOINT_DIR,
         receipts=RECEIPTS_DIR,
         settings=settings("retain", "upload"),
+        # The segment's upload index only orders retention after it.
+        paths=path_options("index"),
     shell:
-        "python {params.script} --settings {params.settings:q}"
+        "python {params.script} --settings {params.settings:q} {params.paths}"
         " --checkpoint-dir {params.checkpoint_dir} --receipts {params.receipts}"
-        " --report {output} --tracking {params.tracking} > {log} 2>&1"
+        " --tracking {params.tracking} > {log} 2>&1"
