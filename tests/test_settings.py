@@ -212,3 +212,25 @@ def test_settings_from_a_config_file_and_from_json_are_completed_the_same_way(tm
     bad.write_text(yaml.safe_dump(raw | {"train": {"epochz": 1}}))
     with pytest.raises(DataError, match="unknown key 'epochz'"):
         load_settings(str(bad))
+
+
+def test_the_bundled_config_holds_overrides_only():
+    """config/config.yaml describes the bundled dataset: apart from `data` and `serialize` (the
+    dataset itself), every key it sets differs from the schema's default, with a comment above
+    it saying why."""
+    text = (REPO / "config" / "config.yaml").read_text(encoding="utf-8")
+    bundled = yaml.safe_load(text)
+    tuned = [section for section in bundled if section not in ("data", "serialize")]
+    defaults = complete({section: {} for section in tuned})
+    repeated = [
+        f"{section}.{key}"
+        for section in tuned
+        for key, value in bundled[section].items()
+        if defaults[section][key] == value
+    ]
+    assert repeated == []
+    lines = text.splitlines()
+    for section in tuned:
+        for key in bundled[section]:
+            number = next(n for n, line in enumerate(lines) if line.startswith(f"  {key}:"))
+            assert lines[number - 1].lstrip().startswith("#"), f"{section}.{key} says not why"
