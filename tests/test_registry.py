@@ -1,5 +1,5 @@
 """Who gets the champion alias: a real SQLite Model Registry with versions whose test
-predictions are real files; the decision moves the alias only as the README says."""
+predictions are real files; the decision moves the alias only as docs/serving.md says."""
 
 import json
 

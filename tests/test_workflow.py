@@ -311,8 +311,8 @@ def test_readme_forced_rerun_and_rerun_triggers(finished_run):
         workdir, "-n", "results/serialize/train.parquet", "-R", "clean", config=config
     )
     assert jobs_run(forced) == {"clean": 1, "features": 1, "split": 1, "serialize": 1}
-    # The README's command for editing code without re-running: with all results in place
-    # nothing is to be done (an edit under it is the next test's).
+    # docs/development.md's command for editing code without re-running: with all results in
+    # place nothing is to be done (an edit under it is the next test's).
     quiet = snakemake(
         workdir,
         "-n",
@@ -440,7 +440,8 @@ def test_editing_a_stage_script_reruns_its_rule_and_what_follows(tmp_path):
         handle.write("# an edit\n")
     planned = run("-n")
     assert jobs_run(planned) == {"split": 1, "serialize": 3}, planned.stderr[-2000:]
-    # Leaving params out of the triggers (as the README says) keeps the results as they are.
+    # Leaving params out of the triggers (as docs/development.md says) keeps the results as they
+    # are.
     quiet = run("-n", "--rerun-triggers", "mtime", "input", "software-env")
     assert "Nothing to be done" in quiet.stdout + quiet.stderr
 
@@ -507,8 +508,9 @@ use rule * from account_tax as at_*
 
 def test_used_as_a_module_from_another_folder(finished_run, tmp_path):
     """A user's folder with its own config and a Snakefile that imports this workflow as a
-    module (README, "Using it as a Snakemake module"): the data stages run the repository's
-    scripts and write into the user's folder the same files as the workflow run from here."""
+    module (docs/development.md, "Using it as a Snakemake module"): the data stages run the
+    repository's scripts and write into the user's folder the same files as the workflow run
+    from here."""
     workdir, _, config, _ = finished_run
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     (tmp_path / "Snakefile").write_text(MODULE_SNAKEFILE.format(snakefile=REPO / "Snakefile"))
