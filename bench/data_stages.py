@@ -65,7 +65,7 @@ def prepare(rows: int, seed: int, dirty_fraction: float, work_dir: Path) -> Path
     from synthetic_ledger import generate_ledger
 
     from account_tax.data.ingest import ingest
-    from account_tax.settings import DataSpec
+    from account_tax.data.spec import DataSpec
 
     print(f"generating and ingesting {rows:,} synthetic rows in {case_dir}", flush=True)
     generate_ledger(case_dir / "ledger.csv", rows, seed=seed, dirty_fraction=dirty_fraction)
@@ -109,8 +109,8 @@ def run_ours(case_dir: Path, out_dir: Path, stage: Stages) -> None:
     from account_tax.data.clean import CleanSettings, clean
     from account_tax.data.features import FeatureSettings, build_features
     from account_tax.data.serialize import SerializeSettings, serialize
+    from account_tax.data.spec import DataSpec
     from account_tax.data.split import SplitSettings, split
-    from account_tax.settings import DataSpec
 
     config = bench_config(case_dir)
     spec = DataSpec.from_config(config)
@@ -185,7 +185,7 @@ def run_baseline(case_dir: Path, out_dir: Path, stage: Stages) -> None:
     import pandas as pd
     from datasets import Dataset, disable_caching, disable_progress_bars
 
-    from account_tax.settings import DataSpec
+    from account_tax.data.spec import DataSpec
 
     disable_caching()
     disable_progress_bars()

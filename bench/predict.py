@@ -69,9 +69,9 @@ def write_rows(records: Path, rows: int, out: Path) -> None:
 
 
 def run_ours(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    from account_tax.data.spec import DataSpec
     from account_tax.evaluation.predict import Candidate, PredictPaths, Provenance, predict_records
     from account_tax.notebook import stage_folder
-    from account_tax.settings import DataSpec
 
     work = Path(spec["workdir"])
     settings = config(Path(spec["config"]))
@@ -103,9 +103,9 @@ def run_pipeline(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
     from transformers import pipeline
 
     from account_tax.data.serialize import TEXT
+    from account_tax.data.spec import DataSpec
     from account_tax.evaluation.predict import serialized_records
     from account_tax.notebook import stage_folder
-    from account_tax.settings import DataSpec
     from account_tax.training.inference import load_classifier
     from account_tax.training.model import read_training_info
 

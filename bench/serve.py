@@ -39,7 +39,7 @@ WARMUP_REQUESTS = 5
 
 def records(workdir: Path, rows: int) -> pl.DataFrame:
     """The bundled data's test records as text (what a client sends), repeated to `rows`."""
-    from account_tax.settings import DataSpec
+    from account_tax.data.spec import DataSpec
     from account_tax.tracking.registry import input_columns
 
     settings = json.loads((workdir / "results" / "tracking" / "config.json").read_text())
@@ -110,8 +110,8 @@ def measure(port: int, rows: pl.DataFrame, size: int, requests: int) -> dict[str
 
 def batch_reference(workdir: Path, rows: pl.DataFrame) -> dict[str, Any]:
     """`predict_records` on all `rows` at once, the candidate loaded before the clock starts."""
+    from account_tax.data.spec import DataSpec
     from account_tax.evaluation.predict import Candidate, PredictPaths, Provenance, predict_records
-    from account_tax.settings import DataSpec
 
     settings = json.loads((workdir / "results" / "tracking" / "config.json").read_text())
     evaluation = json.loads((workdir / "results" / "evaluate" / "metrics.json").read_text())

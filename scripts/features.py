@@ -7,7 +7,7 @@ from pathlib import Path
 from account_tax import cli
 from account_tax.data.features import FeatureSettings, build_features
 from account_tax.data.plots import plot_class_distribution
-from account_tax.settings import DataSpec
+from account_tax.data.spec import DataSpec
 from account_tax.workflow_run import log_stage
 
 

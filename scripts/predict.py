@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from account_tax import cli
+from account_tax.data.spec import DataSpec
 from account_tax.evaluation.predict import (
     BATCH_SIZE,
     Candidate,
@@ -19,7 +20,6 @@ from account_tax.evaluation.predict import (
     load_shipped,
     predict_records,
 )
-from account_tax.settings import DataSpec
 from account_tax.workflow_run import log_stage
 
 

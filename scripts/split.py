@@ -8,8 +8,9 @@ from pathlib import Path
 
 from account_tax import cli
 from account_tax.data.plots import plot_split_distribution
+from account_tax.data.spec import DataSpec
 from account_tax.data.split import SplitSettings, counts_table, split
-from account_tax.settings import DataSpec, EvaluateSettings
+from account_tax.settings import EvaluateSettings
 from account_tax.workflow_run import log_stage
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import polars as pl
 
-from account_tax.settings import DataSpec
+from account_tax.data.spec import DataSpec
 
 LEDGER_COLUMNS = {
     "id": "entry_id",

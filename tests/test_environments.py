@@ -17,7 +17,6 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-import yaml
 from apptainer_envs import (
     CONTAINERS,
     LOCKSTEP,
@@ -30,6 +29,8 @@ from apptainer_envs import (
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+
+from account_tax.training.settings import TrainSettings
 
 SRC = REPO / "src"
 PACKAGE = "account_tax"
@@ -219,9 +220,9 @@ def test_every_package_a_stage_imports_is_in_its_env(rule):
 
 
 def test_the_model_package_of_the_default_config_is_in_the_train_env():
-    # `pkg:` paths in train.model are resolved inside the training job, in its env.
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text(encoding="utf-8"))
-    model = config["train"]["model"]
+    # `pkg:` paths in train.model are resolved inside the training job, in its env; the default
+    # model is the schema's (config/config.yaml does not repeat it).
+    model = TrainSettings.of().model
     assert model.startswith("pkg:")
     package = model.removeprefix("pkg:").split("/")[0]
     env = read_env(REPO / "envs" / "train.yaml")

@@ -15,8 +15,9 @@ from account_tax.data.features import (
     signed_magnitude,
 )
 from account_tax.data.ingest import ingest
+from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
-from account_tax.settings import DataSpec, load_settings
+from account_tax.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[1]
 

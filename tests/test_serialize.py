@@ -6,8 +6,8 @@ import pytest
 from sample_ledger import ledger_config
 
 from account_tax.data.serialize import SerializeSettings, serialize
+from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
-from account_tax.settings import DataSpec
 
 
 @pytest.fixture

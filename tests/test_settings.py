@@ -14,6 +14,7 @@ import yaml
 from account_tax.data.clean import CleanSettings
 from account_tax.data.features import FeatureSettings
 from account_tax.data.serialize import SerializeSettings
+from account_tax.data.spec import ChartColumns, DataSpec
 from account_tax.data.split import SplitSettings
 from account_tax.errors import DataError
 from account_tax.evaluation.assessment import ReviewSettings
@@ -21,8 +22,6 @@ from account_tax.evaluation.baseline import BaselineSettings
 from account_tax.evaluation.predict import PredictSettings
 from account_tax.settings import (
     SCHEMA_PATH,
-    ChartColumns,
-    DataSpec,
     EvaluateSettings,
     complete,
     config_schema,

@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 from sample_ledger import ledger_spec
 
+from account_tax.data.spec import Chart, ChartColumns, read_chart
 from account_tax.errors import DataError
-from account_tax.settings import Chart, ChartColumns, read_chart
 
 REPO = Path(__file__).resolve().parents[1]
 

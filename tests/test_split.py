@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 from sample_ledger import ledger_config
 
+from account_tax.data.spec import DataSpec
 from account_tax.data.split import (
     SPLITS,
     SplitSettings,
@@ -20,7 +21,6 @@ from account_tax.data.split import (
 )
 from account_tax.errors import DataError
 from account_tax.io import sha256_file
-from account_tax.settings import DataSpec
 
 
 def labels(sizes: dict[str, int]) -> pl.Series:
@@ -109,7 +109,7 @@ def test_split_files_report_and_hashes(tmp_path):
 SPLIT_IN_SUBPROCESS = """
 import json, sys
 from pathlib import Path
-from account_tax.settings import DataSpec
+from account_tax.data.spec import DataSpec
 from account_tax.data.split import SplitSettings, split
 config = json.loads(sys.argv[1])
 spec = DataSpec.from_config(config)

@@ -13,7 +13,8 @@ from synthetic_ledger import COLUMNS, DIRTY_KINDS, class_codes, class_counts, ge
 
 from account_tax.data.clean import REASON, CleanSettings, clean
 from account_tax.data.ingest import ingest
-from account_tax.settings import SCHEMA_PATH, DataSpec
+from account_tax.data.spec import DataSpec
+from account_tax.settings import SCHEMA_PATH
 
 REPO = Path(__file__).resolve().parents[1]
 SYNTHETIC_CONFIG = REPO / "config" / "synthetic_ledger.yaml"

@@ -26,6 +26,7 @@ from tiny_models import build_tiny_bert
 from workflow_runner import REPO, SECRETS, VENV_BIN, jobs_run, snakemake
 
 import account_tax.evaluation.predict
+from account_tax.data.spec import DataSpec
 from account_tax.evaluation.predict import (
     PROVENANCE_COLUMNS,
     Candidate,
@@ -35,7 +36,7 @@ from account_tax.evaluation.predict import (
 )
 from account_tax.io import sha256_file
 from account_tax.ports import free_ports
-from account_tax.settings import DataSpec, complete
+from account_tax.settings import complete
 from account_tax.storage.manifest import content_sha256
 
 pytestmark = pytest.mark.workflow

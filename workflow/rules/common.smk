@@ -10,7 +10,8 @@ from snakemake.logging import logger
 
 from account_tax.errors import DataError
 from account_tax.io import resolve_input
-from account_tax.settings import DataSpec, complete
+from account_tax.data.spec import DataSpec
+from account_tax.settings import complete
 from account_tax.workflow_run import (
     close_abandoned_run,
     finish_run,

@@ -15,9 +15,10 @@ from pathlib import Path
 import polars as pl
 
 from account_tax.data.ingest import RECORD_PROBLEM, SOURCE_FILE_KEY
+from account_tax.data.spec import LABEL_TRIM, DataSpec
 from account_tax.errors import DataError
 from account_tax.io import parquet_rows, require_columns, write_parquet, write_parquets
-from account_tax.settings import LABEL_TRIM, SOURCE_ROW, DataSpec, SectionView
+from account_tax.settings import SOURCE_ROW, SectionView
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,10 @@ from typing import Any
 import polars as pl
 
 from account_tax.data.ingest import camel_to_words
+from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
 from account_tax.io import write_json, write_parquet
-from account_tax.settings import DataSpec, SectionView
+from account_tax.settings import SectionView
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,10 @@ from typing import BinaryIO
 
 import polars as pl
 
+from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
 from account_tax.io import require_columns, resolve_input, write_parquet
-from account_tax.settings import SOURCE_ROW, DataSpec
+from account_tax.settings import SOURCE_ROW
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import polars as pl
 
+from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
 from account_tax.io import require_columns, write_parquet
-from account_tax.settings import SOURCE_ROW, DataSpec, SectionView
+from account_tax.settings import SOURCE_ROW, SectionView
 
 log = logging.getLogger(__name__)
 

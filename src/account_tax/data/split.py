@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
 from account_tax.io import write_json, write_parquets
-from account_tax.settings import DataSpec, SectionView
+from account_tax.settings import SectionView
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from account_tax.data.clean import CleanSettings, clean
 from account_tax.data.features import FeatureSettings, derived_columns
 from account_tax.data.ingest import ingest
 from account_tax.data.serialize import ID, TEXT, SerializeSettings, read_labels, text_expression
+from account_tax.data.spec import DataSpec
 from account_tax.evaluation.assessment import BASELINE, MODEL, ensemble_logits
 from account_tax.evaluation.baseline import baseline_logits
 from account_tax.evaluation.review import REVIEW, decisions
@@ -36,7 +37,7 @@ from account_tax.evaluation.tables import (
     top_k_columns,
 )
 from account_tax.io import parquet_rows, sha256_file, write_parquet
-from account_tax.settings import SOURCE_ROW, DataSpec, SectionView
+from account_tax.settings import SOURCE_ROW, SectionView
 from account_tax.storage.manifest import content_sha256
 from account_tax.training.inference import (
     load_classifier,

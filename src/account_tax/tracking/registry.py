@@ -44,6 +44,7 @@ from mlflow.protos.databricks_pb2 import BAD_REQUEST, INTERNAL_ERROR
 
 from account_tax.data.clean import REASON
 from account_tax.data.serialize import ID, read_labels
+from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
 from account_tax.evaluation.assessment import DECIDING_METRIC, MODEL
 from account_tax.evaluation.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
@@ -59,7 +60,7 @@ from account_tax.evaluation.predict import (
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, LABEL, PREDICTED_LABEL, TOP_K_LABELS
 from account_tax.io import PACKAGE_PREFIX, sha256_file, write_json
-from account_tax.settings import SOURCE_ROW, DataSpec, EvaluateSettings, SectionView
+from account_tax.settings import SOURCE_ROW, EvaluateSettings, SectionView
 from account_tax.training.model import LABEL_MAP, read_training_info
 from account_tax.workflow_run import log_stage, run_client, store_lock
 
