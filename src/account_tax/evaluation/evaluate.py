@@ -112,7 +112,7 @@ def evaluate(
     splits = {name: read_split(getattr(paths, name), len(labels)) for name in SPLITS}
 
     scores, weight = score_candidates(paths, splits, len(labels), batch_size)
-    review, amounts = ReviewSettings.of(settings["review"]), test_row_amounts(paths, options)
+    review, amounts = ReviewSettings.of(settings["review"]), row_amounts(paths, options)
     reports = {name: assess(view, labels, review, amounts) for name, view in scores.items()}
     reports[ENSEMBLE]["weight"] = weight
     add_unseen_groups(reports, scores, labels, paths, SplitSettings.of(settings["split"]))
@@ -189,7 +189,7 @@ def score_candidates(
     return scores, weight
 
 
-def test_row_amounts(paths: EvaluatePaths, options: EvaluateSettings) -> np.ndarray | None:
+def row_amounts(paths: EvaluatePaths, options: EvaluateSettings) -> np.ndarray | None:
     """The test rows' amounts, for the share of money each decision covers."""
     if not options.amount_column:
         return None
