@@ -75,10 +75,8 @@ def test_a_plain_list_and_a_text_file_say_nothing_but_the_codes(tmp_path):
 
 
 def test_unknown_chart_column_keys_are_refused(tmp_path):
-    with pytest.raises(
-        DataError,
-        match=r"`data.chart_columns`: unknown key 'label'; allowed keys: code, description",
-    ):
+    expected = r"`data.chart_columns`: unknown key 'label'; allowed keys: code, description"
+    with pytest.raises(DataError, match=expected):
         ledger_spec(tmp_path / "ledger.csv", classes=["4930"], chart_columns={"label": "x"})
 
 
