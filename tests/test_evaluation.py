@@ -16,6 +16,7 @@ from account_tax.evaluation.assessment import (
     fit_mix_weight,
     verdict_text,
 )
+from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.training.temperature import fit_temperature, negative_log_likelihood
 
 LABELS = [f"class {i}" for i in range(6)]
@@ -85,9 +86,25 @@ def test_a_clearly_better_candidate_ships_and_a_lead_within_the_noise_does_not()
     assert "ahead of the baseline by" in shipped["why"]
     # Two models of the same quality: whichever leads on validation, the lead is noise.
     scores, reports = candidates(0.8, 0.8, seed=5, rows=200)
-    shipped = compare(reports, scores, len(LABELS), resamples=300, seed=1)["shipped"]
+    comparison = compare(reports, scores, len(LABELS), resamples=300, seed=1)
+    shipped = comparison["shipped"]
     assert shipped["candidate"] == BASELINE
     assert "no candidate is significantly better" in shipped["why"]
+    # As evaluate writes it: the typed candidate, its verdict None (the baseline is not judged
+    # against itself); the text names it and no verdict.
+    typed = ShippedCandidate.from_dict(
+        shipped
+        | {
+            "threshold": 0.5,
+            "baseline_temperature": 1.0,
+            "ensemble_weight": 0.5,
+            "ensemble_temperature": 1.0,
+        }
+    )
+    assert typed.verdict is None and typed.difference_from_baseline is None
+    text = verdict_text(comparison | {"shipped": typed.to_dict()})
+    assert "Predictions use the baseline candidate: no candidate is significantly" in text
+    assert "Against the baseline on test" not in text
 
 
 def test_an_empty_validation_split_ships_the_baseline():

@@ -294,7 +294,7 @@ def verdict_text(comparison: dict[str, Any]) -> str:
 def shipped_text(comparison: dict[str, Any]) -> str:
     shipped = comparison["shipped"]
     text = f"Predictions use the {shipped['candidate']} candidate: {shipped['why']}."
-    if "verdict" in shipped and shipped["candidate"] != MODEL:
+    if shipped.get("verdict") is not None and shipped["candidate"] != MODEL:
         difference = shipped["difference_from_baseline"]
         text += (
             f" Against the baseline on test it is {shipped['verdict']} (macro-F1 difference "
