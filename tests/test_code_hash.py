@@ -1,3 +1,4 @@
+import shutil
 from pathlib import Path
 
 import account_tax
@@ -29,3 +30,16 @@ def test_an_edit_to_an_imported_module_changes_the_hash(tmp_path, monkeypatch):
     assert code_sha256(package / "a.py") == before
     (package / "b.py").write_text("def f():\n    return 2\n")
     assert code_sha256(package / "a.py") != before
+
+
+def test_the_hash_does_not_depend_on_where_the_package_lies(tmp_path, monkeypatch):
+    """The same code in another folder (a copy of the repository, another clone) has the same
+    hash: the train rule of a moved checkout is not re-run, its checkpoints still resume."""
+    script = Path(__file__).parents[1] / "scripts" / "ingest.py"
+    here = code_sha256(script)
+    copy = tmp_path / "elsewhere" / "account_tax"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr("account_tax.code_hash.PACKAGE", copy)
+    assert code_sha256(script) == here
+    (copy / "data" / "ingest.py").write_text("# edited\n", encoding="utf-8")
+    assert code_sha256(script) != here

@@ -36,8 +36,14 @@ def imported_package_files(path: Path) -> list[Path]:
 
 
 def code_sha256(path: Path) -> str:
+    """The files are named by their place in the package (the script by its name), so the hash
+    does not depend on where the repository or the package lies."""
+    named = {
+        (file.relative_to(PACKAGE).as_posix() if file.is_relative_to(PACKAGE) else file.name): file
+        for file in imported_package_files(path)
+    }
     digest = hashlib.sha256()
-    for file in imported_package_files(path):
-        for part in (file.name.encode(), b"\0", file.read_bytes()):
+    for name, file in sorted(named.items()):
+        for part in (name.encode(), b"\0", file.read_bytes()):
             digest.update(part)
     return digest.hexdigest()
