@@ -71,17 +71,16 @@ def write_rows(records: Path, rows: int, out: Path) -> None:
 def run_ours(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
     from account_tax.data.spec import DataSpec
     from account_tax.evaluation.predict import Candidate, PredictPaths, Provenance, predict_records
+    from account_tax.evaluation.shipped import read_shipped
     from account_tax.notebook import stage_folder
 
     work = Path(spec["workdir"])
     settings = config(Path(spec["config"]))
-    shipped = json.loads((work / "results/evaluate/metrics.json").read_text())["comparison"][
-        "shipped"
-    ]
+    shipped = read_shipped(work / "results/evaluate/metrics.json")
     model = stage_folder("train", work) / "model"
     baseline = work / "results/baseline/model.joblib"
     started = time.perf_counter()
-    provenance = Provenance.of(shipped["candidate"], model, baseline, None)
+    provenance = Provenance.of(shipped.candidate, model, baseline, None)
     paths = PredictPaths(
         scratch / "out.parquet", scratch / "rejects.parquet", scratch / "r.parquet"
     )

@@ -112,14 +112,15 @@ def batch_reference(workdir: Path, rows: pl.DataFrame) -> dict[str, Any]:
     """`predict_records` on all `rows` at once, the candidate loaded before the clock starts."""
     from account_tax.data.spec import DataSpec
     from account_tax.evaluation.predict import Candidate, PredictPaths, Provenance, predict_records
+    from account_tax.evaluation.shipped import read_shipped
+    from account_tax.notebook import stage_folder
 
     settings = json.loads((workdir / "results" / "tracking" / "config.json").read_text())
-    evaluation = json.loads((workdir / "results" / "evaluate" / "metrics.json").read_text())
-    shipped = evaluation["comparison"]["shipped"]
-    model = workdir / "results" / "train" / "model"
+    shipped = read_shipped(workdir / "results" / "evaluate" / "metrics.json")
+    model = stage_folder("train", workdir) / "model"
     baseline = workdir / "results" / "baseline" / "model.joblib"
     candidate = Candidate(model, baseline, shipped)
-    provenance = Provenance.of(shipped["candidate"], model, baseline, None)
+    provenance = Provenance.of(shipped.candidate, model, baseline, None)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as scratch:
         source = Path(scratch) / "records.csv"
         rows.write_csv(source)

@@ -510,10 +510,29 @@ def test_a_failed_re_upload_keeps_the_receipt_of_the_verified_upload(tmp_path, s
     kept = workdir / "results/upload/receipts/model" / f"{run_id}.json"
     assert json.loads(kept.read_text()) == first
 
-    # Snakemake deletes results/upload/model.json before the job runs again; the job then fails.
+    # With credentials S3 refuses, the workflow stops before the job: nothing is touched.
     wrong_key = s3_env.env() | {"AWS_SECRET_ACCESS_KEY": SECRET}
-    failed = snakemake(
+    refused = snakemake(
         workdir, *upload, "-R", "upload_model", config=config, env=wrong_key, check=False
+    )
+    assert refused.returncode != 0
+    assert f"access to bucket '{BUCKET}' at endpoint {s3_env.endpoint_url} refused" in (
+        refused.stderr
+    )
+    assert json.loads((workdir / "results/upload/model.json").read_text()) == first
+    assert SECRET not in refused.stdout + refused.stderr
+
+    # Past that check (--no-hooks skips it, as S3 may fail between it and the upload),
+    # Snakemake deletes results/upload/model.json before the job runs again; the job then fails.
+    failed = snakemake(
+        workdir,
+        *upload,
+        "-R",
+        "upload_model",
+        "--no-hooks",
+        config=config,
+        env=wrong_key,
+        check=False,
     )
     assert failed.returncode != 0
     assert not (workdir / "results/upload/model.json").exists()

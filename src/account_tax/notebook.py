@@ -87,8 +87,9 @@ def classifier(model_dir: Path):
     """The fine-tuned model alone, loaded once, temperature-calibrated."""
     from account_tax.evaluation.assessment import MODEL
     from account_tax.evaluation.predict import Candidate
+    from account_tax.evaluation.shipped import ShippedCandidate
 
-    return Candidate(model_dir, None, {"candidate": MODEL})
+    return Candidate(model_dir, None, ShippedCandidate.from_dict({"candidate": MODEL}))
 
 
 def runs(workdir: Path | str = ".", experiment: str = "account-tax") -> pl.DataFrame:
