@@ -12,11 +12,13 @@ import pytest
 import torch
 import yaml
 
+from account_tax.settings import load_settings
 from account_tax.training.inference import load_classifier, predict_probabilities
 from account_tax.training.model import resolve_model_dir
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["train"]
+# The bundled run's train section, completed with the schema's defaults.
+DEFAULT = load_settings(str(REPO / "config" / "config.yaml"))["train"]
 DECODER = yaml.safe_load((REPO / "config" / "decoder.yaml").read_text())["train"]
 
 
