@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from sample_ledger import LEDGER_COLUMNS, small_ledger
+from sample_ledger import LEDGER_COLUMNS, ledger_config, small_ledger
 
 REPO = Path(__file__).resolve().parents[1]
 VENV = Path(sys.executable).parents[1]
@@ -56,6 +56,7 @@ def test_make_run_on_my_own_ledger_and_chart(tmp_path):
             "group": [None, "4000", "4000", None, None, "1000"],
         }
     ).write_csv(exports / "chart-of-accounts.csv")
+    ledger = ledger_config(exports / "ledger-2025.csv")
     my_config = {
         "data": {
             "path": "exports/ledger-2025.csv",
@@ -64,15 +65,9 @@ def test_make_run_on_my_own_ledger_and_chart(tmp_path):
             "classes": "exports/chart-of-accounts.csv",
             "chart_columns": {"code": "account", "name": "title", "parent": "group"},
         },
-        "features": {"mask_digits": ["memo"]},
-        "serialize": {
-            "fields": [
-                {"column": "memo"},
-                {"column": "vendor"},
-                {"column": "amount_magnitude", "name": "amount"},
-                {"column": "date_month", "name": "month"},
-            ]
-        },
+        # The README's features and serialize sections, which the test ledger's config shares.
+        "features": ledger["features"],
+        "serialize": ledger["serialize"],
     }
     (repository / "my.yaml").write_text(yaml.safe_dump(my_config, sort_keys=False))
 
