@@ -87,3 +87,85 @@ def test_coverage_counts_rows_at_or_above_the_threshold():
     assert result["models"]["m"]["coverage"]["value"] == 0.5
     none = paired_bootstrap(y_true, {"m": rows_of([0] * 4, y_true, None, None)}, 2, resamples=100)
     assert none["models"]["m"]["coverage"]["high"] == 0.0
+
+
+class ManyRareClasses:
+    """1,000 accounts with one to three test rows each, as a test split of a large chart of
+    accounts is. Rarer accounts are harder (their chance of a correct prediction is drawn from a
+    Beta whose mean grows with the rows), and a wrong prediction goes to one of three
+    neighbouring accounts, as confusions concentrate in practice."""
+
+    classes = 1000
+
+    def __init__(self, seed: int):
+        rng = np.random.default_rng(seed)
+        self.rows = rng.integers(1, 4, self.classes)
+        self.skill = rng.beta(1 + 1.5 * self.rows, 2)
+        self.y_true = np.repeat(np.arange(self.classes), self.rows)
+
+    def predict(self, rng: np.random.Generator) -> np.ndarray:
+        correct = rng.random(len(self.y_true)) < self.skill[self.y_true]
+        neighbour = (self.y_true + rng.integers(1, 4, len(self.y_true))) % self.classes
+        return np.where(correct, self.y_true, neighbour)
+
+    def macro_f1(self, predicted: np.ndarray) -> float:
+        return paired_bootstrap(
+            self.y_true, {"m": rows_of(predicted, self.y_true)}, self.classes, resamples=1
+        )["models"]["m"]["macro_f1"]["value"]
+
+
+def coverage(ledger: ManyRareClasses, unit: str, repetitions: int, resamples: int):
+    """Share of repetitions (a new test set each) whose 95 % interval of macro-F1 covers the
+    expected macro-F1 of test sets drawn this way, and share that contain their own estimate."""
+    rng = np.random.default_rng(1)
+    truth = np.mean([ledger.macro_f1(ledger.predict(rng)) for _ in range(2000)])
+    covered = contains_own = 0
+    for repetition in range(repetitions):
+        rows = rows_of(ledger.predict(rng), ledger.y_true)
+        result = paired_bootstrap(
+            ledger.y_true,
+            {"m": rows},
+            ledger.classes,
+            resamples=resamples,
+            seed=repetition,
+            unit=unit,
+        )
+        interval = result["models"]["m"]["macro_f1"]
+        covered += interval["low"] <= truth <= interval["high"]
+        contains_own += interval["low"] <= interval["value"] <= interval["high"]
+    return covered / repetitions, contains_own / repetitions
+
+
+def test_many_classes_with_one_to_three_rows_get_honest_intervals():
+    ledger = ManyRareClasses(seed=0)
+    covered, contains_own = coverage(ledger, "classes", repetitions=200, resamples=1000)
+    assert covered >= 0.90
+    assert contains_own == 1.0
+    # What it replaces: resampling rows drops the rare (and weaker) classes from resamples.
+    rows_covered, _ = coverage(ledger, "rows", repetitions=60, resamples=400)
+    assert rows_covered < 0.90
+
+
+def test_classes_are_resampled_where_the_test_set_has_many_and_rows_where_few():
+    rng = np.random.default_rng(5)
+    many = np.repeat(np.arange(40), 2)
+    few = rng.integers(0, 5, 200)
+    for y_true, unit in ((many, "classes"), (few, "rows")):
+        predicted = np.where(rng.random(len(y_true)) < 0.7, y_true, 0)
+        result = paired_bootstrap(y_true, {"m": rows_of(predicted, y_true)}, 40, resamples=50)
+        assert result["unit"] == unit
+
+
+def test_class_resamples_give_the_same_point_values_and_a_paired_difference():
+    ledger = ManyRareClasses(seed=3)
+    rng = np.random.default_rng(2)
+    better, worse = ledger.predict(rng), np.roll(ledger.predict(rng), 1)
+    models = {"a": rows_of(better, ledger.y_true), "b": rows_of(worse, ledger.y_true)}
+    by_classes = paired_bootstrap(ledger.y_true, models, ledger.classes, resamples=300)
+    by_rows = paired_bootstrap(ledger.y_true, models, ledger.classes, resamples=1, unit="rows")
+    assert by_classes["unit"] == "classes"
+    for metric in ("accuracy", "macro_f1", TOP_K_ACCURACY, "coverage"):
+        assert by_classes["models"]["a"][metric]["value"] == pytest.approx(
+            by_rows["models"]["a"][metric]["value"]
+        )
+    assert judge(by_classes["difference"]["a"]["b"]["macro_f1"]) == BETTER

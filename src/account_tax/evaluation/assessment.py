@@ -110,7 +110,7 @@ def choose_candidate(
 ) -> dict[str, Any]:
     """The candidate `predict` uses. The baseline, unless another candidate is better than it on
     validation by the deciding metric with 95 % confidence (a paired bootstrap of the validation
-    rows); of those, the best on validation (a tie to the earlier in CANDIDATES).
+    split); of those, the best on validation (a tie to the earlier in CANDIDATES).
 
     A lead within the noise of the validation split is no reason to ship: on a time split of the
     synthetic ledger the mix led the baseline by 0.0003 on validation and was 0.04 behind on
@@ -265,6 +265,16 @@ def compare(
     }
 
 
+def resampled(bootstrap: dict[str, Any]) -> str:
+    """What the paired resamples drew, in words."""
+    what = (
+        f"the {bootstrap['classes']} classes of {bootstrap['rows']} test rows"
+        if bootstrap["unit"] == "classes"
+        else f"{bootstrap['rows']} test rows"
+    )
+    return f"{bootstrap['resamples']} paired resamples of {what}"
+
+
 def verdict_text(comparison: dict[str, Any]) -> str:
     if comparison["verdict"] is None:
         return "No verdict: the test split is empty, so test macro-F1 is undefined."
@@ -275,8 +285,7 @@ def verdict_text(comparison: dict[str, Any]) -> str:
         f"test macro-F1 {model['value']:.3f} [{model['low']:.3f}, {model['high']:.3f}] against "
         f"{baseline['value']:.3f} [{baseline['low']:.3f}, {baseline['high']:.3f}]; difference "
         f"{difference['value']:+.3f}, 95 % interval [{difference['low']:+.3f}, "
-        f"{difference['high']:+.3f}] ({comparison['bootstrap']['resamples']} paired resamples of "
-        f"{comparison['bootstrap']['rows']} test rows)"
+        f"{difference['high']:+.3f}] ({resampled(comparison['bootstrap'])})"
     )
     if comparison["verdict"] == BETTER:
         text = f"The fine-tuned model is better than the TF-IDF baseline: {scores}."
@@ -318,7 +327,8 @@ def summary_html(
     calibration and the auto-post coverage of each model."""
     names = list(reports)
     header = "".join(f"<th>{html.escape(name)}</th>" for name in names)
-    intervals = (comparison.get("bootstrap") or {}).get("models", {})
+    bootstrap = comparison.get("bootstrap")
+    intervals = bootstrap["models"] if bootstrap else {}
     rows = []
     for split, metrics in comparison["table"].items():
         for metric, scores in metrics.items():
@@ -377,8 +387,13 @@ def summary_html(
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Evaluation</title></head><body>"
         f"<p><strong>{html.escape(verdict_text(comparison))}</strong></p>{run}"
-        "<p>Test intervals: 95 % percentile bootstrap.</p>"
-        f"<table border='1' cellpadding='4'><tr><th>split</th><th>metric</th>{header}</tr>"
+        + (
+            f"<p>Test intervals: 95 % percentile bootstrap, "
+            f"{html.escape(resampled(bootstrap))}.</p>"
+            if bootstrap
+            else ""
+        )
+        + f"<table border='1' cellpadding='4'><tr><th>split</th><th>metric</th>{header}</tr>"
         + "".join(rows)
         + "</table></body></html>\n"
     )
