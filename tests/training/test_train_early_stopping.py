@@ -9,7 +9,7 @@ import torch
 
 from account_tax.errors import DataError
 from account_tax.training.inference import load_classifier, predict_logits
-from account_tax.training.loop import best_epoch, stop_reason
+from account_tax.training.loop import best_epoch, out_of_time, stop_reason
 from account_tax.training.settings import EarlyStoppingSettings
 
 
@@ -38,6 +38,17 @@ def test_the_best_epoch_is_the_last_that_improved_by_more_than_min_delta():
         is None
     )
     assert best_epoch([{"step": 1, "loss": 1.0}], loss) is None
+
+
+def test_the_time_budget_counts_training_and_validation_seconds():
+    history = [
+        {"step": 1, "seconds": 20.0},
+        {"step": 2, "seconds": 20.0, "validation_seconds": 15.0},
+    ]
+    assert out_of_time(history, None) is None
+    assert out_of_time(history, 1.0) is None
+    history.append({"step": 3, "seconds": 5.0})
+    assert out_of_time(history, 1.0) == "the time budget of 1 min is spent (1.0 min)"
 
 
 def test_an_unknown_metric_is_refused():
@@ -74,3 +85,29 @@ def test_training_stops_early_and_exports_the_best_epoch(
     logits = predict_logits(model, tokenizer, validation["text"].to_list(), max_length=48)
     accuracy = float(np.mean(logits.argmax(axis=1) == validation["label_id"].to_numpy()))
     assert accuracy == pytest.approx(ends[0]["validation_accuracy"])
+
+
+def test_a_spent_time_budget_exports_the_model_where_it_stands_and_a_larger_one_goes_on(
+    ledger, tiny_bert, tiny_settings, run_training, tmp_path
+):
+    """A budget spent by the first step: that step is validated, saved and exported. The budget
+    is no part of the checkpoint's identity, so a run without one resumes there and trains to
+    the end, at the constant rate after its (empty) warm-up."""
+    settings = tiny_settings(
+        tiny_bert, epochs=3, lr_schedule="constant", warmup_ratio=0.0, max_minutes=1e-6
+    )
+    metrics = run_training(ledger, tmp_path, settings)
+
+    assert metrics["steps"] == 1 and metrics["exported_step"] == 1
+    assert metrics["stopped"].startswith("the time budget of 1e-06 min is spent")
+    first = json.loads((tmp_path / "history.jsonl").read_text())
+    assert first["validation_accuracy"] == metrics["validation_accuracy"]
+    assert first["validation_seconds"] > 0
+
+    metrics = run_training(ledger, tmp_path, settings | {"max_minutes": None})
+
+    assert metrics["resumed_from_step"] == 1 and metrics["stopped"] == "every epoch ran"
+    assert metrics["steps"] == metrics["total_steps"] > 1
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in history] == list(range(1, metrics["steps"] + 1))
+    assert {(r["lr"], r["head_lr"]) for r in history} == {(0.01, 0.01)}

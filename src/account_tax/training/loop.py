@@ -23,7 +23,12 @@ import deepspeed
 import numpy as np
 import torch
 import torch.distributed as torch_dist
-from transformers import PreTrainedTokenizerBase, get_linear_schedule_with_warmup, set_seed
+from transformers import (
+    PreTrainedTokenizerBase,
+    get_constant_schedule_with_warmup,
+    get_linear_schedule_with_warmup,
+    set_seed,
+)
 
 from account_tax.code_hash import code_sha256
 from account_tax.errors import DataError, writing
@@ -160,8 +165,9 @@ def train_step(
     stop: StopRequest,
 ) -> list[float]:
     """One optimizer step over `accumulation` micro-batches: [loss sum, samples, tokens, ranks
-    asked to stop] of all ranks."""
-    totals = torch.zeros(4, dtype=torch.float64, device=device)
+    asked to stop, seconds] summed over all ranks."""
+    begun = time.perf_counter()
+    totals = torch.zeros(5, dtype=torch.float64, device=device)
     for batch in islice(batches, accumulation):
         batch = on_device(batch, device, engine.is_compiled)
         loss, _ = forward_loss(engine, batch, weights)
@@ -174,8 +180,10 @@ def train_step(
                 batch["attention_mask"].sum().double(),
             ]
         )
-    # The stop vote rides on the sums every step reduces anyway: no collective of its own.
+    # The stop vote and the time ride on the sums every step reduces anyway: no collective of
+    # their own, and every rank reads the same time (the budget's stop is everyone's).
     totals[3] = float(stop.requested)
+    totals[4] = time.perf_counter() - begun
     torch_dist.all_reduce(totals)
     return totals.tolist()
 
@@ -197,12 +205,13 @@ def evaluate(
     buckets: tuple[int, ...] | None,
 ) -> dict[str, float]:
     """Weighted loss (the training objective), accuracy and macro-F1 (over the classes in the
-    split, as evaluate computes it) over the whole split, all ranks."""
+    split, as evaluate computes it) over the whole split, and its seconds, all ranks."""
+    begun = time.perf_counter()
     batches, counted = evaluation_batches(
         split.lengths, settings.per_device_batch_size, dist.world_size, dist.rank
     )
     loader = make_loader(split, batches, tokenizer, settings.dataloader, buckets)
-    totals = torch.zeros(4, dtype=torch.float64, device=dist.device)
+    totals = torch.zeros(5, dtype=torch.float64, device=dist.device)
     num_labels = len(weights)
     # Per class: true positives, predictions, true rows.
     counts = torch.zeros(3, num_labels, dtype=torch.float64, device=dist.device)
@@ -216,14 +225,15 @@ def evaluate(
             predicted = logits.argmax(dim=-1)
             correct = (predicted == labels).sum().double()
             rows = torch.tensor(len(labels), dtype=torch.float64, device=dist.device)
-            totals += torch.stack([loss.double() * weight_sum, weight_sum, correct, rows])
+            totals[:4] += torch.stack([loss.double() * weight_sum, weight_sum, correct, rows])
             hits = labels[predicted == labels]
             for row, ids in enumerate((hits, predicted, labels)):
                 counts[row] += torch.bincount(ids, minlength=num_labels).double()
     engine.train()
+    totals[4] = time.perf_counter() - begun
     torch_dist.all_reduce(totals)
     torch_dist.all_reduce(counts)
-    loss_sum, weight_sum, correct, rows = totals.tolist()
+    loss_sum, weight_sum, correct, rows, seconds = totals.tolist()
     true_positives, predictions, truths = counts
     present = truths > 0
     f1 = 2 * true_positives[present] / (predictions[present] + truths[present])
@@ -231,6 +241,7 @@ def evaluate(
         "validation_loss": loss_sum / weight_sum,
         "validation_accuracy": correct / rows,
         "validation_macro_f1": f1.mean().item(),
+        "validation_seconds": seconds / dist.world_size,
     }
 
 
@@ -257,6 +268,17 @@ def stop_reason(history: list[dict[str, Any]], stopping: EarlyStoppingSettings) 
         f"{stopping.metric} not better than {best[stopping.metric]:.4f} (step {best['step']}) "
         f"by more than {stopping.min_delta} for {len(since)} epoch(s)"
     )
+
+
+def out_of_time(history: list[dict[str, Any]], max_minutes: float | None) -> str | None:
+    """Why the time budget stops training, or None: the seconds of every training step and
+    validation so far (over resumes and segments; the mean of the ranks, the same on each)."""
+    if max_minutes is None:
+        return None
+    spent = sum(r["seconds"] + r.get("validation_seconds", 0.0) for r in history)
+    if spent < max_minutes * 60:
+        return None
+    return f"the time budget of {max_minutes:g} min is spent ({spent / 60:.1f} min)"
 
 
 def save_outputs(
@@ -462,11 +484,13 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
     hold_rows(model.classifier, torch.from_numpy(unseen))
     head_init["held_classes"] = int(unseen.sum())
     model = prepare_for_training(model, settings.lora, settings.gradient_checkpointing)
-    scheduler = partial(
-        get_linear_schedule_with_warmup,
-        num_warmup_steps=round(settings.warmup_ratio * total_steps),
-        num_training_steps=total_steps,
-    )
+    warmup = round(settings.warmup_ratio * total_steps)
+    if settings.lr_schedule == "linear":
+        scheduler = partial(
+            get_linear_schedule_with_warmup, num_warmup_steps=warmup, num_training_steps=total_steps
+        )
+    else:
+        scheduler = partial(get_constant_schedule_with_warmup, num_warmup_steps=warmup)
     if settings.backend == "fsdp":
         groups = partial(parameter_groups, settings=settings)
         engine = FsdpEngine(model, groups, ds_config, precision, accumulation, scheduler, dist)
@@ -548,7 +572,11 @@ def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> 
     # A re-run of a finished segment finds its checkpoint (or a later one) and trains nothing.
     first_epoch = step // steps_per_epoch if step < stop_step else settings.epochs
     # Stopped early: a resume after the stop trains no further (the last epoch is no stop).
-    stopped = stop_reason(history, settings.early_stopping) if step < run.total_steps else None
+    stopped = (
+        out_of_time(history, settings.max_minutes) or stop_reason(history, settings.early_stopping)
+        if step < run.total_steps
+        else None
+    )
     if stopped is not None:
         first_epoch = settings.epochs
     with stop_after_step() as stop:
@@ -572,11 +600,10 @@ def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> 
                 # head's.
                 rates = engine.get_lr()
                 lr, head_lr = rates[0], rates[-1]
-                begun = time.perf_counter()
-                loss_sum, step_samples, step_tokens, stop_votes = train_step(
+                loss_sum, step_samples, step_tokens, stop_votes, seconds = train_step(
                     engine, stream, accumulation, run.weights, dist.device, stop
                 )
-                elapsed = time.perf_counter() - begun
+                seconds /= dist.world_size
                 step += 1
                 record = {
                     "step": step,
@@ -584,14 +611,17 @@ def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> 
                     "loss": loss_sum / (accumulation * dist.world_size),
                     "lr": lr,
                     "head_lr": head_lr,
-                    "samples_per_s": step_samples / elapsed,
+                    "samples_per_s": step_samples / seconds,
                     "samples": step_samples,
                     "tokens": step_tokens,
-                    "seconds": elapsed,
+                    "seconds": seconds,
                 }
                 epoch_end = step % steps_per_epoch == 0
+                last = step == run.total_steps
+                # Out of time within an epoch: the model is validated and saved where it stands.
+                spent = None if last else out_of_time([*history, record], settings.max_minutes)
                 # The validation split is empty where split.validation_fraction is 0.
-                if epoch_end and len(run.validation_split):
+                if (epoch_end or spent) and len(run.validation_split):
                     record |= evaluate(
                         engine,
                         run.validation_split,
@@ -606,7 +636,12 @@ def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> 
                     report_step(record, progress, paths.history, epoch)
                     if epoch_end and run.buckets:
                         log.info("compiled graphs so far: %d", compiled_graphs())
-                if epoch_end or step % settings.checkpoint_every_steps == 0 or step == stop_step:
+                if (
+                    epoch_end
+                    or spent
+                    or step % settings.checkpoint_every_steps == 0
+                    or step == stop_step
+                ):
                     best = best_epoch(history, settings.early_stopping)
                     fsdp = isinstance(engine, FsdpEngine)
                     manifest = {
@@ -627,8 +662,7 @@ def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> 
                     progress.close()
                     torch_dist.destroy_process_group()
                     raise TrainingStopped(stop.signum or signal.SIGTERM, step)
-                last = step == run.total_steps
-                stopped = (
+                stopped = spent or (
                     stop_reason(history, settings.early_stopping)
                     if epoch_end and not last
                     else None

@@ -7,8 +7,11 @@ from dataclasses import dataclass
 
 from account_tax.settings import SectionView
 
-RUN_ONLY_KEYS = frozenset({"dataloader", "checkpoint_every_steps", "segments", "merge_adapter"})
-"""Settings that change how a run goes, not what it computes: a checkpoint stays resumable."""
+RUN_ONLY_KEYS = frozenset(
+    {"dataloader", "checkpoint_every_steps", "segments", "merge_adapter", "max_minutes"}
+)
+"""Settings that change how a run goes, not what it computes: a checkpoint stays resumable (a run
+stopped by its time budget goes on from there with a larger one)."""
 
 
 @dataclass(frozen=True)
@@ -53,11 +56,13 @@ class TrainSettings(SectionView):
     model: str
     max_length: int
     epochs: int
+    max_minutes: float | None
     per_device_batch_size: int
     gradient_accumulation_steps: int
     learning_rate: float
     head_learning_rate: float | None
     warmup_ratio: float
+    lr_schedule: str
     weight_decay: float
     seed: int
     head: str
