@@ -78,13 +78,16 @@ system-packages:
 			$$missing >&2; \
 	fi
 
+# Two test files at a time, each file's tests in one process (they share its costly fixtures).
+PYTEST_PARALLEL = -n 2 --dist loadfile
+
 test: lint system-packages
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_PARALLEL)
 
 # The edit loop: the unit tests, without the end-to-end workflow runs (SLURM, Apptainer, the
 # browser), the S3 server and whole training runs.
 test-fast: $(STAMP)
-	$(BIN)/pytest -m "not workflow and not s3 and not slow"
+	$(BIN)/pytest $(PYTEST_PARALLEL) -m "not workflow and not s3 and not slow"
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'

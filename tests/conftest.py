@@ -3,13 +3,18 @@ other work, so every library gets one or two threads."""
 
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 os.environ.setdefault("POLARS_MAX_THREADS", "2")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from pathlib import Path
+# Every process the tests start finds this environment's tools first, as in an activated venv:
+# DeepSpeed builds its CPU module with whichever `ninja` comes first, and two ninjas (the
+# system's and the venv's) record its command differently, so mixing them rebuilt the module
+# (a minute or two each time) whenever tests took turns.
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
 
 import polars as pl
 import pytest

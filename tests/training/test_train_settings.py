@@ -73,9 +73,12 @@ def test_this_machines_answer_matches_its_cpu_flags():
 
 
 def test_a_plain_process_gets_launch_defaults(monkeypatch, tmp_path):
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    launch = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    for name in (*launch, "TORCH_EXTENSIONS_DIR"):
+        # Set, then removed: monkeypatch then removes what the call sets, so that no later test
+        # in this process (a workflow's rank check) inherits a rank.
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")  # a value already set is kept
     monkeypatch.chdir(tmp_path)
 
