@@ -30,7 +30,7 @@ from account_tax.settings import load_settings
 from account_tax.training.loop import TrainPaths, train
 from account_tax.training.settings import TrainSettings
 from account_tax.training.stop_signals import TrainingStopped, die_on_stop_signals, stop_with_parent
-from account_tax.workflow_run import log_history, log_stage, read_run
+from account_tax.workflow_run import log_history, log_stage, log_trial, read_run
 
 HISTORY_SERIES = (
     "loss",
@@ -62,6 +62,9 @@ def parse_args() -> argparse.Namespace:
         "--segment-marker", type=Path, help="JSON naming the run folder and step reached"
     )
     parser.add_argument("--tracking", type=Path, help="the workflow's MLflow run file")
+    parser.add_argument(
+        "--trial", help="a sweep trial's name: logged as a nested run of the workflow's MLflow run"
+    )
     parser.add_argument(
         "--settings",
         required=True,
@@ -97,9 +100,14 @@ def main() -> None:
             args.checkpoint_dir,
         )
         raise SystemExit(stopped.exit_code) from None
+    if rank != "0":
+        return
+    history = [json.loads(line) for line in args.history.read_text().splitlines()]
+    numeric = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+    if args.trial:
+        log_trial(args.tracking, args.trial, settings.to_dict(), numeric, history, HISTORY_SERIES)
     # The workflow run's metrics are the trained model's: the last segment's.
-    if rank == "0" and args.segment in (None, settings.segments):
-        numeric = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+    elif args.segment in (None, settings.segments):
         log_stage(
             args.tracking,
             "train",
@@ -107,7 +115,6 @@ def main() -> None:
             [args.metrics, args.history],
             tags={"stopped": metrics["stopped"]},
         )
-        history = [json.loads(line) for line in args.history.read_text().splitlines()]
         log_history(args.tracking, "train", history, HISTORY_SERIES)
 
 

@@ -341,19 +341,50 @@ def log_history(
     """Per-step series (`<stage>/<key>` at each record's `step`): MLflow draws them as curves."""
     if run_file is None or not run_file.exists():
         return
+    mlflow, run = run_client(run_file)
+    log_curves(mlflow, run["run_id"], records, keys, f"{stage}/")
+
+
+def log_curves(
+    mlflow, run_id: str, records: Iterable[Mapping[str, Any]], keys: Iterable[str], prefix: str
+) -> None:
     from mlflow.entities import Metric
 
-    mlflow, run = run_client(run_file)
     now = int(time.time() * 1000)
     keys = tuple(keys)
     metrics = [
-        Metric(f"{stage}/{key}", float(record[key]), now, int(record["step"]))
+        Metric(f"{prefix}{key}", float(record[key]), now, int(record["step"]))
         for record in records
         for key in keys
         if record.get(key) is not None
     ]
     for start in range(0, len(metrics), 1000):
-        mlflow.log_batch(run["run_id"], metrics=metrics[start : start + 1000])
+        mlflow.log_batch(run_id, metrics=metrics[start : start + 1000])
+
+
+def log_trial(
+    run_file: Path | None,
+    name: str,
+    settings: Mapping[str, Any],
+    metrics: Mapping[str, float],
+    history: Iterable[Mapping[str, Any]],
+    keys: Iterable[str],
+) -> None:
+    """A sweep trial as a nested run of the workflow run: its train settings as params, its
+    metrics and per-step curves."""
+    if run_file is None or not run_file.exists():
+        return
+    mlflow, run = run_client(run_file)
+    parent = mlflow.get_run(run["run_id"])
+    child = mlflow.create_run(
+        parent.info.experiment_id,
+        run_name=name,
+        tags={"mlflow.parentRunId": run["run_id"], "sweep/trial": name},
+    ).info.run_id
+    log_batch(mlflow, child, metrics=metrics, params=flatten(settings, "train/"))
+    log_curves(mlflow, child, history, keys, "")
+    mlflow.set_terminated(child, "FINISHED")
+    log.info("logged sweep trial %s to MLflow run %s (in run %s)", name, child, run["run_id"])
 
 
 def read_benchmark(path: Path) -> dict[str, float]:

@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import account_tax.code_hash
+import account_tax.training.sweep
 
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
@@ -25,16 +26,6 @@ from account_tax.workflow_run import (
 if "data" in workflow.config_settings.overwrite_config:
     config["data"] = workflow.config_settings.overwrite_config["data"]
 
-# The one place the config is checked: a wrong key, type or value stops the run before any job,
-# with one line naming it (the schema stays in its file), and the schema's defaults fill the rest.
-# The chart of accounts (data.classes) is read with it, so that its errors come before any job.
-try:
-    config.update(complete(config, whole=True))
-    DataSpec.from_config(config)
-except DataError as error:
-    raise WorkflowError(str(error)) from None
-
-
 # The repository this workflow lives in: scripts, config files and pyproject.toml are found here,
 # also when it is used as a module from another folder (where workflow.basedir is that folder's).
 WORKFLOW_ROOT = Path(
@@ -47,7 +38,20 @@ def workflow_file(path):
     return path if Path(path).exists() else str(WORKFLOW_ROOT / path)
 
 
-config["train"]["deepspeed_config"] = workflow_file(config["train"]["deepspeed_config"])
+# The one place the config is checked: a wrong key, type or value stops the run before any job,
+# with one line naming it (the schema stays in its file), and the schema's defaults fill the rest.
+# The chart of accounts (data.classes) is read with it, so that its errors come before any job.
+try:
+    config.update(complete(config, whole=True))
+    DataSpec.from_config(config)
+    config["train"]["deepspeed_config"] = workflow_file(
+        config["train"]["deepspeed_config"]
+    )
+    # The sweep's trials by name (none without a sweep), each train section checked.
+    TRIALS = {trial.name: trial for trial in account_tax.training.sweep.trials(config)}
+except DataError as error:
+    raise WorkflowError(str(error)) from None
+
 
 SPLITS = ["train", "validation", "test"]
 TRAIN_SEGMENTS = config["train"]["segments"]
@@ -56,6 +60,8 @@ TRAIN_SEGMENTS = config["train"]["segments"]
 CHECKPOINT_DIR = "checkpoints/train"
 # The trained model: the last segment's outputs (see workflow/rules/train.smk).
 TRAINED = f"results/train/segment-{TRAIN_SEGMENTS}"
+# With a sweep, the chosen trial's settings: the train rule's config.
+SWEEP_CHOICE = "results/sweep/selected.json"
 RECEIPTS_DIR = "results/upload/receipts"
 # Written when the workflow starts, read by every job: see workflow/rules/tracking.smk.
 RUN_FILE = "results/tracking/run.json"
@@ -64,6 +70,7 @@ RUN_FILE = "results/tracking/run.json"
 wildcard_constraints:
     split="|".join(SPLITS),
     segment=r"\d+",
+    trial=r"[^/]+",
 
 
 def settings(*sections):
@@ -161,6 +168,20 @@ def train_inputs():
         "label_map": "results/features/label_map.json",
         "deepspeed": config["train"]["deepspeed_config"],
     }
+
+
+def train_settings():
+    """The train rule's --settings: the config's train section, or with a sweep the chosen
+    trial's settings file (the train rule then resumes that trial's finished run)."""
+    return (lambda wildcards: SWEEP_CHOICE) if TRIALS else settings("train")
+
+
+def sweep_choice():
+    return {"sweep_choice": SWEEP_CHOICE} if TRIALS else {}
+
+
+def trial_settings(wildcards):
+    return json.dumps({"train": TRIALS[wildcards.trial].train})
 
 
 def previous_segment(wildcards):

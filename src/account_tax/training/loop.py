@@ -741,6 +741,7 @@ def finish(
         "validation_accuracy": final.get("validation_accuracy"),
         "validation_macro_f1": final.get("validation_macro_f1"),
         "exported_step": final["step"],
+        "exported_epoch": final["epoch"],
         "stopped_early": bool(stopped),
         "stopped": ended,
         "steps": step,
@@ -757,6 +758,9 @@ def finish(
         "train_samples_per_s": sum(r["samples"] for r in history) / seconds if seconds else None,
         "train_tokens_per_s": sum(r["tokens"] for r in history) / seconds if seconds else None,
         "wall_time_s": time.perf_counter() - run.started,
+        # What train.max_minutes counts: training steps and validations, over every resume.
+        "training_minutes": sum(r["seconds"] + r.get("validation_seconds", 0.0) for r in history)
+        / 60,
     }
     barrier()
     torch_dist.destroy_process_group()
