@@ -185,12 +185,18 @@ def config_error_lines(result) -> list[str]:
             "by-month",
             "config `split.strategy`: 'by-month' is not one of ['stratified', 'time', 'group']",
         ),
+        (
+            "sweep",
+            "parameters",
+            {"lora.r": [4, 0]},
+            "sweep trial lora.r~0: config `train.lora.r`: 0 is less than the minimum of 1",
+        ),
     ],
 )
 def test_a_bad_config_stops_before_any_job_with_one_line(tmp_path, section, key, value, message):
     """The key, the problem and what is allowed, and not the schema (hundreds of lines)."""
     config = ledger_config(tmp_path / "ledger.csv")
-    config[section][key] = value
+    config.setdefault(section, {})[key] = value
     result = snakemake(tmp_path, *SERIALIZED, config=config, check=False)
     assert result.returncode != 0
     lines = config_error_lines(result)

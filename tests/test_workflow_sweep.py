@@ -88,7 +88,7 @@ def test_every_trial_is_a_nested_mlflow_run_of_the_workflow_run(swept):
         assert child.info.run_name.startswith(
             f"learning_rate~{float(child.data.params['train/learning_rate']):g}__"
         )
-        history = client.get_metric_history(child.info.run_id, "loss")
+        history = client.get_metric_history(child.info.run_id, "history/loss")
         assert len(history) == trial["steps"]
     assert parent.data.tags["sweep/chosen"] in set(table["trial"])
 

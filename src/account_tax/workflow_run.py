@@ -371,7 +371,7 @@ def log_trial(
     keys: Iterable[str],
 ) -> None:
     """A sweep trial as a nested run of the workflow run: its train settings as params, its
-    metrics and per-step curves."""
+    metrics, and its per-step curves as `history/<key>`."""
     if run_file is None or not run_file.exists():
         return
     mlflow, run = run_client(run_file)
@@ -382,7 +382,8 @@ def log_trial(
         tags={"mlflow.parentRunId": run["run_id"], "sweep/trial": name},
     ).info.run_id
     log_batch(mlflow, child, metrics=metrics, params=flatten(settings, "train/"))
-    log_curves(mlflow, child, history, keys, "")
+    # Apart from the metrics: a run shows each name's value at the latest step.
+    log_curves(mlflow, child, history, keys, "history/")
     mlflow.set_terminated(child, "FINISHED")
     log.info("logged sweep trial %s to MLflow run %s (in run %s)", name, child, run["run_id"])
 
@@ -417,6 +418,8 @@ def finish_run(run_file: Path, benchmark_root: Path, status: str, *, repo: Path)
     metrics: dict[str, float] = {}
     reused: list[str] = []
     for rule, (path, numbers) in benchmarks(benchmark_root).items():
+        # A sweep trial's name (`lora.r~8`) has characters MLflow refuses in a metric's name.
+        rule = re.sub(r"[^\w\-. :/]", "-", rule)
         metrics |= {f"{rule}/{name}": value for name, value in numbers.items()}
         if path.stat().st_mtime < run["started_at"]:
             reused.append(rule)
