@@ -4,6 +4,8 @@ import json
 
 import polars as pl
 import pytest
+import yaml
+from training.conftest import REPO
 
 from account_tax.errors import DataError
 from account_tax.settings import complete
@@ -100,3 +102,12 @@ def test_select_writes_the_chosen_settings_the_table_and_the_plot(tmp_path):
     assert out.plot.stat().st_size > 10_000
     with pytest.raises(DataError, match="1 trial metrics files for the sweep's 2 trials"):
         select(swept, SelectPaths(paths[:1], out.selected, out.trials_table, out.plot))
+
+
+def test_the_sweep_in_the_training_docs_is_a_valid_grid_of_eight_trials():
+    text = (REPO / "docs" / "training.md").read_text()
+    block = text[text.index("```yaml\nsweep:") + len("```yaml\n") :]
+    documented = yaml.safe_load(block[: block.index("```")])
+    found = trials(complete({"train": {}} | documented))
+    assert len(found) == 8
+    assert found[-1].name == "learning_rate~0.001__lora.r~16__head~linear"
