@@ -59,6 +59,12 @@ def main() -> None:
         help=f"share of rows spoiled on purpose, spread evenly over {', '.join(DIRTY_KINDS)} "
         "(invalid_utf8 in CSV only); default 0",
     )
+    parser.add_argument(
+        "--drift",
+        action="store_true",
+        help="a business that changes over the years: accounts opened mid-way, vendors renamed, "
+        "inflation",
+    )
     args = parser.parse_args()
     summary = generate_ledger(
         args.output,
@@ -66,6 +72,7 @@ def main() -> None:
         seed=args.seed,
         dirty_fraction=args.dirty_fraction,
         classes_output=args.classes_output,
+        drifting=args.drift,
     )
     print(json.dumps(asdict(summary), indent=2))
 

@@ -7,8 +7,15 @@ and a Zipf-like imbalance over the rest (at 1 M rows the largest class is thousa
 the smallest). The memo carries account-specific vocabulary, the vendor and noise (invoice
 numbers, periods, prefixes), so a classifier can learn the account but not trivially.
 
-The output is a pure function of (rows, seed, dirty fraction, format): generation runs in
-chunks, each from its own seeded random stream, so 10 M rows need a few hundred MB of memory.
+With `drift`, the business changes over the four years, as a ledger does from period to
+period: some accounts are opened mid-way (no booking before their opening day), some vendors are
+renamed on a day of their own (a new name from then on: new words the model never saw), and
+amounts inflate by INFLATION_PER_YEAR. The drift is a deterministic function of the chart and of
+each row's date, so it draws nothing from the rows' random streams: the same rows as without
+drift, moved, renamed and scaled.
+
+The output is a pure function of (rows, seed, dirty fraction, drift, format): generation runs
+in chunks, each from its own seeded random stream, so 10 M rows need a few hundred MB of memory.
 """
 
 from __future__ import annotations
@@ -49,6 +56,13 @@ LAST_DAY = np.datetime64("2024-12-31")
 ZIPF_OFFSET = 2.0
 ZIPF_EXPONENT = 1.8
 MAX_DIRTY_FRACTION = 0.5
+# Drift: accounts opened mid-way and vendors renamed, each on a day at least DRIFT_MARGIN from
+# the ends, and inflation. From its own seed, so the chart without drift is unchanged.
+DRIFT_SEED = CHART_SEED + 1
+OPENED_ACCOUNT_SHARE = 0.15
+RENAMED_VENDOR_SHARE = 0.2
+DRIFT_MARGIN = np.timedelta64(180, "D")
+INFLATION_PER_YEAR = 0.06
 
 DIRTY_KINDS = (
     "bad_amount",
@@ -377,6 +391,70 @@ def chart() -> Chart:
     )
 
 
+@dataclass(frozen=True)
+class Drift:
+    """When each account opens and each vendor takes its new name (FIRST_DAY: from the start,
+    beyond LAST_DAY: never), and the names it takes."""
+
+    opening_day: np.ndarray  # datetime64[D] per account
+    rename_day: np.ndarray  # datetime64[D] per vendor
+    renamed: pl.Series  # per vendor: the full name from its rename day on
+    renamed_short: pl.Series  # the short name the memo uses from then on
+
+
+@cache
+def drift() -> Drift:
+    c = chart()
+    rng = np.random.default_rng(DRIFT_SEED)
+    first, last = FIRST_DAY + DRIFT_MARGIN, LAST_DAY - DRIFT_MARGIN
+    span = (last - first).astype(np.int64)
+
+    def some_days(count: int, share: float, eligible: np.ndarray) -> np.ndarray:
+        days = np.full(count, FIRST_DAY)
+        chosen = rng.choice(np.flatnonzero(eligible), int(share * eligible.sum()), replace=False)
+        days[chosen] = first + rng.integers(0, span, len(chosen)).astype("timedelta64[D]")
+        return days
+
+    # The most booked tenth of the accounts were there from the start.
+    popular = np.argsort(-c.probabilities, kind="stable")[: len(c.probabilities) // 10]
+    eligible = c.probabilities > 0
+    eligible[popular] = False
+    opening_day = some_days(len(c.probabilities), OPENED_ACCOUNT_SHARE, eligible)
+    vendors = len(c.vendors)
+    rename_day = some_days(vendors, RENAMED_VENDOR_SHARE, np.ones(vendors, dtype=bool))
+    rename_day = np.where(rename_day == FIRST_DAY, LAST_DAY + 1, rename_day)
+    # A merger's double name: a new surname before the old one, the trade and legal form kept.
+    new_short = [
+        f"{SURNAMES[s]}-{short}"
+        for s, short in zip(rng.integers(0, len(SURNAMES), vendors), c.vendor_short, strict=True)
+    ]
+    renamed = [
+        name.replace(short, new, 1)
+        for name, short, new in zip(c.vendors, c.vendor_short, new_short, strict=True)
+    ]
+    return Drift(
+        opening_day=opening_day,
+        rename_day=rename_day,
+        renamed=pl.Series(renamed, dtype=pl.String),
+        renamed_short=pl.Series(new_short, dtype=pl.String),
+    )
+
+
+def drifted_dates(dates: np.ndarray, accounts: np.ndarray) -> np.ndarray:
+    """Dates moved into [opening day, LAST_DAY] of their account, keeping their order."""
+    opening = drift().opening_day[accounts]
+    span = (LAST_DAY - FIRST_DAY).astype(np.int64) + 1
+    open_span = (LAST_DAY - opening).astype(np.int64) + 1
+    offset = (dates - FIRST_DAY).astype(np.int64) * open_span // span
+    return opening + offset.astype("timedelta64[D]")
+
+
+def inflation(dates: np.ndarray) -> np.ndarray:
+    """Price level on each date, 1 on FIRST_DAY."""
+    years = (dates - FIRST_DAY).astype(np.int64) / 365.25
+    return (1 + INFLATION_PER_YEAR) ** years
+
+
 def class_counts(rows: int) -> np.ndarray:
     """Rows per account: exact Zipf shares of `rows`, at least one per booked account if possible.
 
@@ -428,7 +506,9 @@ def _where(mask: np.ndarray, value: pl.Series | pl.Expr) -> pl.Expr:
     return pl.when(pl.lit(pl.Series(mask))).then(value)
 
 
-def clean_chunk(rng: np.random.Generator, accounts: np.ndarray, first_row: int) -> pl.DataFrame:
+def clean_chunk(
+    rng: np.random.Generator, accounts: np.ndarray, first_row: int, drifting: bool = False
+) -> pl.DataFrame:
     """Well-formed rows for the given account indices; entry ids continue after `first_row`."""
     c = chart()
     n = len(accounts)
@@ -469,9 +549,19 @@ def clean_chunk(rng: np.random.Generator, accounts: np.ndarray, first_row: int) 
     ).astype(np.int64)
     cents = np.where(credit_note, -cents, cents)
     dates = _dates(rng, c.timing[accounts])
+    vendor_name, vendor_short = c.vendors.gather(vendor), c.vendor_short.gather(vendor)
+    if drifting:
+        dates = drifted_dates(dates, accounts)
+        cents = np.rint(cents * inflation(dates)).astype(np.int64)
+        new_name = pl.Series(dates >= drift().rename_day[vendor])
+        vendor_name = pl.select(
+            pl.when(new_name).then(drift().renamed.gather(vendor)).otherwise(vendor_name)
+        ).to_series()
+        vendor_short = pl.select(
+            pl.when(new_name).then(drift().renamed_short.gather(vendor)).otherwise(vendor_short)
+        ).to_series()
     prefix = _pick(rng, c.prefix_start[document], c.prefix_count[document], False)
     reference = pl.Series(rng.integers(1, 1_000_000, n)).cast(pl.String)
-    vendor_short = c.vendor_short.gather(vendor)
     vendor_in_memo = rng.random(n) < VENDOR_IN_MEMO_SHARE
     vendor_first = rng.random(n) < VENDOR_FIRST_SHARE
 
@@ -511,9 +601,7 @@ def clean_chunk(rng: np.random.Generator, accounts: np.ndarray, first_row: int) 
         pl.concat_str(pl.lit("JE"), pl.col("row").cast(pl.String).str.zfill(10)).alias("entry_id"),
         pl.col("date").cast(pl.String),
         # Some systems export names and texts in capitals; clean's case policy undoes it.
-        pl.lit(_upper_case_some(rng, c.vendors.gather(vendor), UPPERCASE_VENDOR_SHARE)).alias(
-            "vendor"
-        ),
+        pl.lit(_upper_case_some(rng, vendor_name, UPPERCASE_VENDOR_SHARE)).alias("vendor"),
         pl.lit(_upper_case_some(rng, memo, UPPERCASE_MEMO_SHARE)).alias("memo"),
         amount.alias("amount"),
         pl.lit(_texts(CURRENCIES, currency)).alias("currency"),
@@ -598,10 +686,16 @@ class LedgerSummary:
     classes_without_rows: int
     seed: int
     dirty: dict[str, int]
+    # With drift: accounts opened after the first day, vendors renamed, inflation per year.
+    drift: dict[str, float] | None
 
 
 def ledger_chunks(
-    rows: int, seed: int, dirty_fraction: float, dirty_kinds: tuple[str, ...]
+    rows: int,
+    seed: int,
+    dirty_fraction: float,
+    dirty_kinds: tuple[str, ...],
+    drifting: bool = False,
 ) -> Iterator[tuple[pl.DataFrame, dict[str, int]]]:
     """The ledger in chunks of about CHUNK_ROWS rows, each with its count of dirty rows by kind.
 
@@ -619,7 +713,7 @@ def ledger_chunks(
         taken = rng.multivariate_hypergeometric(remaining, end - start)
         remaining = remaining - taken
         accounts = rng.permutation(np.repeat(np.arange(len(taken)), taken))
-        frame = clean_chunk(rng, accounts, start)
+        frame = clean_chunk(rng, accounts, start, drifting)
 
         dirty_before = dirty_total * start // rows
         dirty_here = dirty_total * end // rows - dirty_before
@@ -681,6 +775,7 @@ def generate_ledger(
     seed: int = 0,
     dirty_fraction: float = 0.0,
     classes_output: Path | None = None,
+    drifting: bool = False,
 ) -> LedgerSummary:
     """Write a synthetic ledger (CSV or Parquet, by the extension of `output`) and its classes.
 
@@ -702,7 +797,7 @@ def generate_ledger(
     output.parent.mkdir(parents=True, exist_ok=True)
     classes_output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.name}.tmp")
-    chunks = ledger_chunks(rows, seed, dirty_fraction, kinds)
+    chunks = ledger_chunks(rows, seed, dirty_fraction, kinds, drifting)
     try:
         dirty = (_write_csv if suffix == ".csv" else _write_parquet)(chunks, tmp)
         os.replace(tmp, output)
@@ -718,4 +813,11 @@ def generate_ledger(
         classes_without_rows=int(np.count_nonzero(class_counts(rows) == 0)),
         seed=seed,
         dirty=dirty,
+        drift={
+            "opened_accounts": int(np.count_nonzero(drift().opening_day > FIRST_DAY)),
+            "renamed_vendors": int(np.count_nonzero(drift().rename_day <= LAST_DAY)),
+            "inflation_per_year": INFLATION_PER_YEAR,
+        }
+        if drifting
+        else None,
     )

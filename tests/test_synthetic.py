@@ -1,6 +1,7 @@
 """The synthetic ledger generator: deterministic, shaped like the real use case, and its dirty
 rows are exactly the ones the clean stage rejects or drops."""
 
+from datetime import date
 from pathlib import Path
 
 import jsonschema
@@ -200,3 +201,49 @@ def test_example_config_is_valid_and_names_the_generated_columns():
     spec = DataSpec.from_config(config | {"data": config["data"] | {"classes": None}})
     assert sorted(spec.columns) == sorted(COLUMNS)
     assert config["data"]["classes"] == str(Path(config["data"]["path"]).parent / "classes.txt")
+
+
+def test_a_drifting_ledger_opens_accounts_renames_vendors_and_inflates(tmp_path):
+    plain = read(Path(generate_ledger(tmp_path / "plain.csv", 30_000, seed=2).output))
+    summary = generate_ledger(tmp_path / "drift.csv", 30_000, seed=2, drifting=True)
+    drifting = read(Path(summary.output)).with_columns(
+        pl.col("date").str.to_date(), pl.col("amount").cast(pl.Float64)
+    )
+    plain = plain.with_columns(pl.col("date").str.to_date(), pl.col("amount").cast(pl.Float64))
+    assert summary.drift["opened_accounts"] > 20 and summary.drift["renamed_vendors"] > 40
+    # The same rows, moved, renamed and scaled: the accounts and entry ids are untouched.
+    assert drifting.select("entry_id", "account").equals(plain.select("entry_id", "account"))
+    drift = synthetic.drift()
+    codes = synthetic.chart().codes.to_list()
+
+    # No booking before an account's opening day: accounts of ten rows or more whose first one
+    # comes 18 months after the ledger's, which plain sampling rarely gives (year-end accounts).
+    opening = pl.DataFrame({"account": codes, "opening": drift.opening_day.astype("datetime64[D]")})
+    joined = drifting.join(opening, on="account")
+    assert (joined["date"] >= joined["opening"]).all()
+
+    def opened_late(frame):
+        first = frame.group_by("account").agg(pl.len(), pl.col("date").min())
+        return first.filter((pl.col("len") >= 10) & (pl.col("date") >= date(2022, 7, 1))).height
+
+    assert opened_late(drifting) >= 8 and opened_late(plain) <= 2
+
+    # A renamed vendor's old name before its day, the new one from then on, never before.
+    vendors = synthetic.chart().vendors.to_list()
+    lower = pl.col("vendor").str.to_lowercase()
+    rows = dict(plain.group_by(lower).len().iter_rows())
+    renamed = np.flatnonzero(drift.rename_day < np.datetime64("2024-01-01"))
+    index = int(max(renamed, key=lambda i: rows.get(vendors[i].lower(), 0)))
+    old, new, day = vendors[index], drift.renamed[index], drift.rename_day[index]
+    before = drifting.filter(lower == old.lower())["date"]
+    after = drifting.filter(lower == new.lower())["date"]
+    assert before.len() and after.len()
+    assert before.max() < day <= after.min()
+
+    # Prices rise about 6 % a year: the median amount of the same rows, 2024 over 2021.
+    def median_ratio(frame):
+        yearly = frame.group_by(pl.col("date").dt.year()).agg(pl.col("amount").abs().median())
+        by_year = dict(yearly.iter_rows())
+        return by_year[2024] / by_year[2021]
+
+    assert 1.08 < median_ratio(drifting) / median_ratio(plain) < 1.35
