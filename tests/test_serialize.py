@@ -47,7 +47,8 @@ def test_text_in_configured_order_with_names_and_nulls_left_out(tmp_path, split_
         "float_decimals": 2,
     }
     frame = run(tmp_path, split_file, options)
-    assert frame.columns == ["id", "text", "label_id"]
+    assert frame.columns == ["id", "text", "label_id", "label_source"]
+    assert set(frame["label_source"]) == {"ledger"}  # no corrections
     assert frame.get_column("text").to_list() == [
         "memo text: office chairs | vendor: acme | amount: 1234.5",
         "vendor: globex | amount: 2021",

@@ -32,6 +32,7 @@ from account_tax.storage.retention import RetainSettings
 from account_tax.storage.s3 import UploadSettings
 from account_tax.tracking.registry import RegisterSettings
 from account_tax.training.settings import TrainSettings
+from account_tax.training.sweep import SweepSettings
 from account_tax.workflow_run import TrackingSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,6 +51,7 @@ VIEWS = {
     "upload": UploadSettings,
     "retain": RetainSettings,
     "tracking": TrackingSettings,
+    "sweep": SweepSettings,
 }
 # Required keys without a default, the least a section needs to be built.
 REQUIRED = {"serialize": {"fields": [{"column": "memo"}]}}

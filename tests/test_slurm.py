@@ -182,7 +182,7 @@ def test_data_stages_wrote_the_splits(slurm_run):
     workdir, _ = slurm_run
     frames = [pl.read_parquet(workdir / path) for path in SERIALIZED]
     assert sum(frame.height for frame in frames) == 60
-    assert frames[0].columns == ["id", "text", "label_id"]
+    assert frames[0].columns == ["id", "text", "label_id", "label_source"]
     counts = json.loads((workdir / "results/clean/counts.json").read_text())
     assert counts == {"rows_in": 65, "rows_out": 60, "rejected": 3, "duplicates": 2}
 

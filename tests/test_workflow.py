@@ -63,7 +63,7 @@ def test_workflow_produces_serialized_splits(finished_run):
     frames = [pl.read_parquet(workdir / path) for path in SERIALIZED]
     assert sum(frame.height for frame in frames) == 60
     train = frames[0]
-    assert train.columns == ["id", "text", "label_id"]
+    assert train.columns == ["id", "text", "label_id", "label_source"]
     assert train.get_column("text")[0].startswith("memo: ")
     assert " | vendor: acme gmbh | amount: +1e1 | month: 3" in train.get_column("text")[0]
     assert set(train.get_column("label_id").to_list()) == {0, 1, 2, 3}
@@ -535,3 +535,36 @@ def test_used_as_a_module_from_another_folder(finished_run, tmp_path):
     for path in [*SERIALIZED, "results/features/label_map.json"]:
         assert (tmp_path / path).read_bytes() == (workdir / path).read_bytes(), path
     assert (tmp_path / "logs/ingest/ingest.log").is_file()
+
+
+def test_corrections_relabel_records_before_features_and_are_tracked(tmp_path):
+    """data.corrections adds the correct stage between clean and features: the corrected label
+    reaches the serialized split with its source, the file's sha256 the MLflow run, and a later
+    edit of the file re-runs correct and what follows, not ingest or clean."""
+    small_ledger(tmp_path / "ledger.csv")
+    reviewed = tmp_path / "reviewed.csv"
+    pl.DataFrame(
+        {"entry_id": ["E00001", "E00002", "E09999"], "account": ["4210", "4210", "4210"]}
+    ).write_csv(reviewed)
+    config = ledger_config(tmp_path / "ledger.csv", classes=["4930", "4210", "4400", "1800"])
+    config["data"]["corrections"] = [str(reviewed)]
+
+    result = snakemake(tmp_path, *SERIALIZED, config=config)
+
+    assert jobs_run(result)["correct"] == 1
+    counts = json.loads((tmp_path / "results/correct/counts.json").read_text())
+    assert (counts["applied"], counts["changed"], counts["rejected"]) == (2, 2, 1)
+    splits = pl.concat(pl.read_parquet(path) for path in (tmp_path / p for p in SERIALIZED))
+    labels = json.loads((tmp_path / "results/features/label_map.json").read_text())["labels"]
+    corrected = splits.filter(pl.col("id").is_in(["E00001", "E00002"]))
+    assert corrected["label_source"].to_list() == ["correction", "correction"]
+    assert {labels[i] for i in corrected["label_id"]} == {"4210"}
+    assert set(splits["label_source"]) == {"ledger", "correction"}
+    run = json.loads((tmp_path / "results/tracking/run.json").read_text())
+    tags = MlflowClient(tracking_uri=run["tracking_uri"]).get_run(run["run_id"]).data.tags
+    assert tags["input_sha256.reviewed.csv"] == hashlib.sha256(reviewed.read_bytes()).hexdigest()
+
+    reviewed.write_text(reviewed.read_text().replace("E00002,4210", "E00002,4400"))
+    planned = jobs_run(snakemake(tmp_path, "-n", *SERIALIZED, config=config))
+    assert planned.get("ingest", 0) == planned.get("clean", 0) == 0
+    assert planned["correct"] == planned["features"] == 1

@@ -157,6 +157,13 @@ def classes_file():
     return [classes] if isinstance(classes, str) else []
 
 
+def labelled_records():
+    """The records features reads: clean's, or with data.corrections the corrected ones."""
+    if config["data"]["corrections"]:
+        return "results/correct/records.parquet"
+    return "results/clean/records.parquet"
+
+
 def data_outputs():
     return expand("results/serialize/{split}.parquet", split=SPLITS)
 
@@ -268,7 +275,7 @@ def train_launcher(wildcards, threads, resources):
 
 def raw_inputs():
     """Every raw input file: its sha256 goes into the MLflow run."""
-    return [raw_input(), *classes_file()]
+    return [raw_input(), *classes_file(), *config["data"]["corrections"]]
 
 
 def predict_inputs(wildcards):

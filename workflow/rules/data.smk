@@ -56,9 +56,38 @@ rule clean:
         " {params.paths} --tracking {params.tracking} > {log} 2>&1"
 
 
-rule features:
+rule correct:
     input:
         input="results/clean/records.parquet",
+        corrections=config["data"]["corrections"],
+        classes=classes_file(),
+    output:
+        output="results/correct/records.parquet",
+        rejects="results/correct/rejects.parquet",
+        counts="results/correct/counts.json",
+    log:
+        "logs/correct/correct.log",
+    benchmark:
+        "benchmarks/correct.tsv"
+    conda:
+        "../../envs/data.yaml"
+    container:
+        "containers/data.sif"
+    threads: 2
+    params:
+        script=script("correct"),
+        code=code_sha256("correct"),
+        tracking=RUN_FILE,
+        settings=settings("data"),
+        paths=path_options("classes"),
+    shell:
+        "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
+        " {params.paths} --tracking {params.tracking} > {log} 2>&1"
+
+
+rule features:
+    input:
+        input=labelled_records(),
         classes=classes_file(),
     output:
         output="results/features/records.parquet",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
-from account_tax.data.spec import DataSpec
+from account_tax.data.spec import LABEL_SOURCE, LEDGER, DataSpec
 from account_tax.errors import DataError
 from account_tax.io import require_columns, write_parquet
 from account_tax.settings import SOURCE_ROW, SectionView
@@ -63,7 +63,8 @@ def serialize(
     label_map_path: Path,
     output: Path,
 ) -> int:
-    """Write `id`, `text`, `label_id` for every record of `source`; return the row count."""
+    """Write `id`, `text`, `label_id` and `label_source` (where the label came from: the ledger,
+    or a correction) for every record of `source`; return the row count."""
     frame = pl.scan_parquet(source)
     schema = frame.collect_schema()
     fields = [field["column"] for field in options.fields]
@@ -80,6 +81,7 @@ def serialize(
         pl.col(spec.label)
         .replace_strict(label_ids, default=None, return_dtype=pl.Int32)
         .alias(LABEL_ID),
+        (pl.col(LABEL_SOURCE) if LABEL_SOURCE in schema else pl.lit(LEDGER)).alias(LABEL_SOURCE),
     )
     unknown = (
         frame.filter(pl.col(spec.label).is_not_null() & ~pl.col(spec.label).is_in(labels))

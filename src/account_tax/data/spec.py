@@ -36,11 +36,17 @@ class DataSpec:
     csv_separator: str
     null_values: tuple[str, ...]
     date_format: str
+    # Files of reviewed rows whose accounts replace the ledger's (data/corrections.py).
+    corrections: tuple[str, ...]
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> DataSpec:
         data = complete(config["data"], "data")
         columns = data["columns"]
+        if data["corrections"] and not columns["id"]:
+            raise DataError(
+                "config `data.corrections` needs `data.columns.id`: a correction names its record"
+            )
         chart = read_chart(data["classes"], ChartColumns.from_complete(data["chart_columns"]))
         return cls(
             path=data["path"],
@@ -57,6 +63,7 @@ class DataSpec:
             csv_separator=data["csv_separator"],
             null_values=tuple(data["null_values"]),
             date_format=data["date_format"],
+            corrections=tuple(data["corrections"]),
         )
 
     @property
@@ -78,6 +85,10 @@ class DataSpec:
 LABEL_TRIM = " \t\n\r\f\v"
 """What is trimmed from both ends of a label, in the data and in data.classes alike; a label is
 otherwise kept as written (inner spaces, leading zeros, case)."""
+
+LABEL_SOURCE = "label_source"
+LEDGER, CORRECTION = "ledger", "correction"
+"""Where a record's label came from: the ledger as read, or a correction (data.corrections)."""
 
 CHART_SUFFIXES = (".csv", ".parquet")
 """data.classes naming a file with one of these extensions is a chart table, any other a list of

@@ -23,10 +23,20 @@ import polars as pl
 
 from account_tax.errors import DataError, writing
 from account_tax.io import write_json
-from account_tax.settings import complete
+from account_tax.settings import SectionView, complete
 from account_tax.training.sweep_plot import plot_trials
 
 SELECTED_BY = "validation_macro_f1"
+
+
+@dataclass(frozen=True)
+class SweepSettings(SectionView):
+    SECTION = "sweep"
+    # Dotted train keys and the values to try.
+    parameters: dict[str, list[Any]]
+    method: str
+    trials: int
+    seed: int
 
 
 @dataclass(frozen=True)
@@ -55,19 +65,19 @@ def with_values(train: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str
     return section
 
 
-def combinations(sweep: Mapping[str, Any]) -> list[dict[str, Any]]:
+def combinations(sweep: SweepSettings) -> list[dict[str, Any]]:
     """Every combination of the swept values (grid), or `trials` of them drawn without repeats
     with the sweep's seed (random): the first of one seeded shuffle of the grid, so that asking
     for more trials keeps the ones drawn before."""
-    keys = list(sweep["parameters"])
-    grid = [sweep["parameters"][key] for key in keys]
-    if sweep["method"] == "grid":
+    keys = list(sweep.parameters)
+    grid = [sweep.parameters[key] for key in keys]
+    if sweep.method == "grid":
         return [dict(zip(keys, chosen, strict=True)) for chosen in itertools.product(*grid)]
     size = math.prod(len(values) for values in grid)
     order = list(range(size))
-    random.Random(sweep["seed"]).shuffle(order)
+    random.Random(sweep.seed).shuffle(order)
     chosen = []
-    for index in order[: sweep["trials"]]:
+    for index in order[: sweep.trials]:
         values = {}
         for key, options in zip(reversed(keys), reversed(grid), strict=True):
             index, position = divmod(index, len(options))
@@ -78,8 +88,8 @@ def combinations(sweep: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def trials(config: Mapping[str, Any]) -> list[Trial]:
     """The sweep's trials; none without swept parameters (the workflow trains once)."""
-    sweep = config["sweep"]
-    if not sweep["parameters"]:
+    sweep = SweepSettings.of(config["sweep"])
+    if not sweep.parameters:
         return []
     found = []
     for values in combinations(sweep):

@@ -1,0 +1,34 @@
+"""Correct: apply reviewed rows (data.corrections) to the clean ledger. A correction replaces its
+record's account and every record says where its label came from (`label_source`); a row that
+cannot be applied goes to the rejects file with its reason, and of two corrections of a record
+the latest counts. rows in = applied + rejected, checked."""
+
+from dataclasses import asdict
+from pathlib import Path
+
+from account_tax import cli
+from account_tax.data.corrections import apply_corrections
+from account_tax.data.spec import DataSpec
+from account_tax.io import write_json
+from account_tax.workflow_run import log_stage
+
+
+def main() -> None:
+    parser = cli.parser(__doc__)
+    parser.add_argument("--input", type=Path, required=True, help="clean records Parquet")
+    parser.add_argument(
+        "--corrections", type=Path, nargs="+", required=True, help="corrections files"
+    )
+    parser.add_argument("--output", type=Path, required=True, help="corrected records Parquet")
+    parser.add_argument("--rejects", type=Path, required=True, help="rows not applied Parquet")
+    parser.add_argument("--counts", type=Path, required=True, help="row counts JSON")
+    args = parser.parse_args()
+    counts = apply_corrections(
+        args.input, args.corrections, DataSpec.from_config(args.settings), args.output, args.rejects
+    )
+    write_json(args.counts, asdict(counts))
+    log_stage(args.tracking, "correct", asdict(counts), [args.counts])
+
+
+if __name__ == "__main__":
+    cli.run(main)

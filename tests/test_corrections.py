@@ -1,0 +1,149 @@
+"""Corrections applied to the clean ledger: labels replaced, every row accounted for, the latest
+correction of a record counts, and predict's review file reads as a corrections file."""
+
+import json
+
+import polars as pl
+import pytest
+from sample_ledger import ledger_config, ledger_row, small_ledger
+
+from account_tax.data.clean import REASON, CleanSettings, clean
+from account_tax.data.corrections import LEDGER_LABEL, apply_corrections
+from account_tax.data.ingest import ingest
+from account_tax.data.spec import LABEL_SOURCE, DataSpec
+from account_tax.errors import DataError
+from account_tax.settings import complete
+
+CLASSES = ["4930", "4210", "4400", "1800", "0000"]
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    """The small ledger through ingest and clean, and its spec with a list of classes."""
+    small_ledger(tmp_path / "ledger.csv")
+    config = complete(ledger_config(tmp_path / "ledger.csv", classes=CLASSES))
+    spec = DataSpec.from_config(config)
+    ingest(spec, tmp_path / "ingested.parquet", tmp_path / "ledger.csv")
+    clean(
+        tmp_path / "ingested.parquet",
+        spec,
+        tmp_path / "clean.parquet",
+        tmp_path / "clean-rejects.parquet",
+        CleanSettings.of(config["clean"]),
+    )
+    return spec, tmp_path / "clean.parquet"
+
+
+def corrections_file(path, rows):
+    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(path)
+    return path
+
+
+def test_corrections_replace_labels_and_every_row_is_accounted_for(ledger, tmp_path):
+    spec, records = ledger
+    first = corrections_file(
+        tmp_path / "monday.csv",
+        [
+            {"entry_id": "E00001", "account": "4210", "reviewed_at": "2025-01-06"},
+            {"entry_id": "E00002", "account": "4930", "reviewed_at": "2025-01-06"},  # confirmed
+            {"entry_id": "E00003", "account": "9999", "reviewed_at": ""},
+            {"entry_id": "E09999", "account": "4400", "reviewed_at": ""},
+            {"entry_id": "", "account": "4400", "reviewed_at": ""},
+            {"entry_id": "E00004", "account": "4400", "reviewed_at": "next week"},
+            {"entry_id": "E00005", "account": "4400", "reviewed_at": "2025-01-06T09:00:00"},
+        ],
+    )
+    # Parquet, with predict's `id` column and no times: file order decides.
+    second = tmp_path / "tuesday.parquet"
+    pl.DataFrame(
+        {"id": ["E00005", "E00006", "E00006"], "account": ["4210", "1800", " 0000 "]}
+    ).write_parquet(second)
+    output, rejects = tmp_path / "corrected.parquet", tmp_path / "rejects.parquet"
+
+    counts = apply_corrections(records, [first, second], spec, output, rejects)
+
+    corrected = pl.read_parquet(output)
+    assert corrected.height == pl.read_parquet(records).height
+    labels = dict(corrected.select("entry_id", "account").iter_rows())
+    assert labels["E00001"] == "4210" and labels["E00002"] == "4930"
+    # E00005: the timed correction is later than one without a time; E00006: the later row.
+    assert labels["E00005"] == "4400" and labels["E00006"] == "0000"
+    sources = dict(corrected.select("entry_id", LABEL_SOURCE).iter_rows())
+    assert [k for k, v in sources.items() if v == "correction"] == [
+        "E00001",
+        "E00002",
+        "E00005",
+        "E00006",
+    ]
+    assert set(sources.values()) == {"ledger", "correction"}
+    before = dict(corrected.select("entry_id", LEDGER_LABEL).iter_rows())
+    assert before["E00001"] == "4930" and before["E00007"] is None
+
+    reasons = dict(
+        pl.read_parquet(rejects)
+        .select(pl.format("{}:{}", "source_file", "source_row"), REASON)
+        .iter_rows()
+    )
+    assert reasons == {
+        f"{first}:3": "unknown class '9999' in column 'account' (not in data.classes)",
+        f"{first}:4": "no record with id 'E09999' in the ledger",
+        f"{first}:5": "missing id in column 'entry_id' or 'id'",
+        f"{first}:6": "unparseable time in column 'reviewed_at': 'next week' (an ISO date or time)",
+        f"{second}:1": f"superseded by the later correction in row 7 of {first}",
+        f"{second}:2": f"superseded by the later correction in row 3 of {second}",
+    }
+    assert json.loads(json.dumps(counts.__dict__)) == {
+        "rows_in": 10,
+        "applied": 4,
+        "changed": 3,
+        "superseded": 2,
+        "rejected": 6,
+    }
+
+
+def test_a_file_without_the_id_or_account_column_is_one_clear_error(ledger, tmp_path):
+    spec, records = ledger
+    bad = corrections_file(tmp_path / "bad.csv", [{"record": "E00001", "account": "4210"}])
+    with pytest.raises(DataError, match=r"bad.csv: a corrections file needs the record's id"):
+        apply_corrections(records, [bad], spec, tmp_path / "o.parquet", tmp_path / "r.parquet")
+
+
+def test_corrections_need_an_id_column(tmp_path):
+    config = ledger_config(tmp_path / "ledger.csv")
+    config["data"]["columns"] = {**config["data"]["columns"], "id": None}
+    config["data"]["corrections"] = ["reviewed.csv"]
+    with pytest.raises(DataError, match=r"`data.corrections` needs `data.columns.id`"):
+        DataSpec.from_config(complete(config))
+
+
+def test_predicts_review_file_is_a_corrections_file_once_its_account_is_filled_in(ledger, tmp_path):
+    """The review file's layout, as predict writes it for records the ledger has (a re-scored
+    period): its `id` and label column are all a correction needs."""
+    spec, records = ledger
+    review = pl.DataFrame(
+        {
+            "source_row": [2, 3],
+            "id": ["E00001", "E00002"],
+            "text": ["memo: office supplies no 1", "memo: office supplies no 2"],
+            "account": [None, None],
+            "predicted_label": ["4930", "4210"],
+            "confidence": [0.51, 0.48],
+            "decision": ["review", "review"],
+        },
+        schema_overrides={"account": pl.String},
+    )
+    reviewed = review.with_columns(pl.Series("account", ["4210", "4930"]))
+    reviewed.write_parquet(tmp_path / "new.review.parquet")
+
+    counts = apply_corrections(
+        records,
+        [tmp_path / "new.review.parquet"],
+        spec,
+        tmp_path / "corrected.parquet",
+        tmp_path / "rejects.parquet",
+    )
+
+    assert (counts.applied, counts.rejected) == (2, 0)
+    corrected = pl.read_parquet(tmp_path / "corrected.parquet")
+    assert corrected.filter(pl.col("entry_id") == "E00001")["account"].item() == "4210"
+    assert ledger_row(1)["entry_id"] == "E00001"
