@@ -1,12 +1,14 @@
 """Correct: apply reviewed rows (data.corrections) to the clean ledger. A correction replaces its
-record's account and every record says where its label came from (`label_source`); a row that
+record's account, a reviewed record the ledger lacks (with all its columns) joins it cleaned,
+and every record says where its label came from (`label_source`); a row that
 cannot be applied goes to the rejects file with its reason, and of two corrections of a record
-the latest counts. rows in = applied + rejected, checked."""
+the latest counts. rows in = applied + added + rejected, checked."""
 
 from dataclasses import asdict
 from pathlib import Path
 
 from account_tax import cli
+from account_tax.data.clean import CleanSettings
 from account_tax.data.corrections import apply_corrections
 from account_tax.data.spec import DataSpec
 from account_tax.io import write_json
@@ -24,7 +26,12 @@ def main() -> None:
     parser.add_argument("--counts", type=Path, required=True, help="row counts JSON")
     args = parser.parse_args()
     counts = apply_corrections(
-        args.input, args.corrections, DataSpec.from_config(args.settings), args.output, args.rejects
+        args.input,
+        args.corrections,
+        DataSpec.from_config(args.settings),
+        CleanSettings.of(args.settings["clean"]),
+        args.output,
+        args.rejects,
     )
     write_json(args.counts, asdict(counts))
     log_stage(args.tracking, "correct", asdict(counts), [args.counts])

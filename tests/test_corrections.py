@@ -15,6 +15,7 @@ from account_tax.errors import DataError
 from account_tax.settings import complete
 
 CLASSES = ["4930", "4210", "4400", "1800", "0000"]
+OPTIONS = CleanSettings.of({"case": "lower"})
 
 
 @pytest.fixture
@@ -60,7 +61,7 @@ def test_corrections_replace_labels_and_every_row_is_accounted_for(ledger, tmp_p
     ).write_parquet(second)
     output, rejects = tmp_path / "corrected.parquet", tmp_path / "rejects.parquet"
 
-    counts = apply_corrections(records, [first, second], spec, output, rejects)
+    counts = apply_corrections(records, [first, second], spec, OPTIONS, output, rejects)
 
     corrected = pl.read_parquet(output)
     assert corrected.height == pl.read_parquet(records).height
@@ -86,7 +87,9 @@ def test_corrections_replace_labels_and_every_row_is_accounted_for(ledger, tmp_p
     )
     assert reasons == {
         f"{first}:3": "unknown class '9999' in column 'account' (not in data.classes)",
-        f"{first}:4": "no record with id 'E09999' in the ledger",
+        f"{first}:4": (
+            "no record with id 'E09999' in the ledger, and the file lacks a record's columns"
+        ),
         f"{first}:5": "missing id in column 'entry_id' or 'id'",
         f"{first}:6": "unparseable time in column 'reviewed_at': 'next week' (an ISO date or time)",
         f"{second}:1": f"superseded by the later correction in row 7 of {first}",
@@ -96,6 +99,7 @@ def test_corrections_replace_labels_and_every_row_is_accounted_for(ledger, tmp_p
         "rows_in": 10,
         "applied": 4,
         "changed": 3,
+        "added": 0,
         "superseded": 2,
         "rejected": 6,
     }
@@ -105,7 +109,9 @@ def test_a_file_without_the_id_or_account_column_is_one_clear_error(ledger, tmp_
     spec, records = ledger
     bad = corrections_file(tmp_path / "bad.csv", [{"record": "E00001", "account": "4210"}])
     with pytest.raises(DataError, match=r"bad.csv: a corrections file needs the record's id"):
-        apply_corrections(records, [bad], spec, tmp_path / "o.parquet", tmp_path / "r.parquet")
+        apply_corrections(
+            records, [bad], spec, OPTIONS, tmp_path / "o.parquet", tmp_path / "r.parquet"
+        )
 
 
 def test_corrections_need_an_id_column(tmp_path):
@@ -139,6 +145,7 @@ def test_predicts_review_file_is_a_corrections_file_once_its_account_is_filled_i
         records,
         [tmp_path / "new.review.parquet"],
         spec,
+        OPTIONS,
         tmp_path / "corrected.parquet",
         tmp_path / "rejects.parquet",
     )
@@ -147,3 +154,42 @@ def test_predicts_review_file_is_a_corrections_file_once_its_account_is_filled_i
     corrected = pl.read_parquet(tmp_path / "corrected.parquet")
     assert corrected.filter(pl.col("entry_id") == "E00001")["account"].item() == "4210"
     assert ledger_row(1)["entry_id"] == "E00001"
+
+
+def test_a_reviewed_record_the_ledger_lacks_joins_it_cleaned(ledger, tmp_path):
+    """Predict's review file carries each record's columns as read: with the account filled in,
+    a new record joins the ledger through clean, and one clean refuses is a reject."""
+    spec, records = ledger
+    new = [
+        ledger_row(500, memo="Printer TONER", amount="89.90"),
+        ledger_row(501, memo="desk lamp", amount="12,x"),
+    ]
+    review = pl.DataFrame(new, schema=dict.fromkeys(new[0], pl.String)).with_columns(
+        pl.Series("source_row", [1, 2]),
+        pl.col("entry_id").alias("id"),
+        pl.lit("memo: ...").alias("text"),
+        pl.Series("account", ["4930", "4930"]),
+        pl.lit("review").alias("decision"),
+    )
+    review.write_parquet(tmp_path / "march.review.parquet")
+
+    counts = apply_corrections(
+        records,
+        [tmp_path / "march.review.parquet"],
+        spec,
+        OPTIONS,
+        tmp_path / "corrected.parquet",
+        tmp_path / "rejects.parquet",
+    )
+
+    assert (counts.rows_in, counts.applied, counts.added, counts.rejected) == (2, 0, 1, 1)
+    ledger_rows = pl.read_parquet(records)
+    corrected = pl.read_parquet(tmp_path / "corrected.parquet")
+    assert corrected.height == ledger_rows.height + 1
+    joined = corrected.filter(pl.col("entry_id") == "E00500").row(0, named=True)
+    assert joined["memo"] == "printer toner" and joined["amount"] == 89.9
+    assert joined["account"] == "4930" and joined["label_source"] == "correction"
+    assert joined["source_row"] == ledger_rows["source_row"].max() + 1
+    (refused,) = pl.read_parquet(tmp_path / "rejects.parquet").iter_rows(named=True)
+    assert (refused["source_row"], refused["entry_id"]) == (2, "E00501")
+    assert refused["reason"] == "unparseable number in column 'amount': '12,x'"

@@ -235,6 +235,18 @@ def test_predictions_for_new_records_with_rejects(trained):
     ]
     assert predictions.get_column("id").to_list() == ["E00500", "E00501", "E00502"]
     assert predictions.get_column("account").to_list() == [None, "4210", "4400"]
+    # Each record's own columns as read, so that a reviewed row is a whole record (corrections).
+    assert predictions.get_column("memo").to_list() == [
+        "office supplies no 1",
+        "rent no 2",
+        "sales revenue",
+    ]
+    assert predictions.select("entry_id", "vendor", "amount", "date").row(0) == (
+        "E00500",
+        "Acme GmbH",
+        "1234.50",
+        "2024-03-15",
+    )
     shipped = json.loads((workdir / "results/evaluate/metrics.json").read_text())["comparison"][
         "shipped"
     ]

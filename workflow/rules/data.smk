@@ -78,7 +78,7 @@ rule correct:
         script=script("correct"),
         code=code_sha256("correct"),
         tracking=RUN_FILE,
-        settings=settings("data"),
+        settings=settings("data", "clean"),
         paths=path_options("classes"),
     shell:
         "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"

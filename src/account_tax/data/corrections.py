@@ -3,26 +3,31 @@
 A corrections file (CSV or Parquet) names a record by the ledger's id column, or by `id` as
 predict's review file does, and gives the account in the ledger's label column; `reviewed_at`
 and `reviewed_by` are optional. Predict's review file, with its label column filled in, is such
-a file. Every row of every file ends applied or in the rejects file with its reason (no id, no
+a file. A row whose id the ledger does not have but that carries every column of a record (as
+predict's review file does) is a new record: cleaned as the ledger was, it joins the ledger.
+Every row of every file ends applied, added or in the rejects file with its reason (no id, no
 account, an account outside data.classes, a `reviewed_at` that is not a time, an id the ledger
-does not have, or superseded by a later correction of the same record), and the counts add up.
+does not have in a file without the record's columns, a new record that clean rejects, or
+superseded by a later correction of the same record), and the counts add up.
 Each record leaves with `label_source`: `correction` where a correction set its label, else
 `ledger`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import polars as pl
 
-from account_tax.data.clean import REASON, SOURCE_FILE
+from account_tax.data.clean import REASON, SOURCE_FILE, CleanSettings, clean
 from account_tax.data.serialize import ID
 from account_tax.data.spec import CORRECTION, LABEL_SOURCE, LABEL_TRIM, LEDGER, DataSpec
 from account_tax.errors import DataError
-from account_tax.io import write_parquets
+from account_tax.io import write_parquet, write_parquets
 from account_tax.settings import SOURCE_ROW
 
 log = logging.getLogger(__name__)
@@ -30,25 +35,31 @@ log = logging.getLogger(__name__)
 REVIEWED_AT, REVIEWED_BY = "reviewed_at", "reviewed_by"
 # The ledger's label before a correction replaced it (null where none did).
 LEDGER_LABEL = "ledger_label"
-_RECORD, _ACCOUNT, _TIME, _ORDER = "_record", "_account", "_time", "_order"
+_RECORD, _ACCOUNT, _TIME, _ORDER, _WHOLE = "_record", "_account", "_time", "_order", "_whole"
 
 
 @dataclass(frozen=True)
 class CorrectionCounts:
     rows_in: int  # rows of all corrections files
-    applied: int  # one per corrected record
+    applied: int  # one per corrected record of the ledger
     changed: int  # of those, records whose label differs from the ledger's
+    added: int  # new records that joined the ledger
     superseded: int  # corrections a later one of the same record replaced (in the rejects)
     rejected: int  # every row of the rejects file, the superseded included
 
     def check(self) -> None:
-        if self.rows_in != self.applied + self.rejected:
+        if self.rows_in != self.applied + self.added + self.rejected:
             raise AssertionError(f"corrections lost rows: {asdict(self)}")
+
+
+def record_columns(spec: DataSpec) -> list[str]:
+    """What a corrections row needs besides its account to be a whole record."""
+    return [c for c in spec.columns if c != spec.label]
 
 
 def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
     """Every row of the files as text: the record's id, the account, the time, its file and row,
-    and its place in file order."""
+    its place in file order, and the record's columns where its file has them all."""
     frames = []
     for file_index, path in enumerate(paths):
         try:
@@ -69,6 +80,11 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
             (pl.col(c).cast(pl.String) if c in frame.columns else pl.lit(None, pl.String)).alias(c)
             for c in (REVIEWED_AT, REVIEWED_BY)
         ]
+        whole = all(c in frame.columns for c in record_columns(spec))
+        record = [
+            (pl.col(c).cast(pl.String) if whole else pl.lit(None, pl.String)).alias(f"_{c}")
+            for c in record_columns(spec)
+        ]
         frames.append(
             frame.select(
                 pl.lit(str(path)).alias(SOURCE_FILE),
@@ -77,16 +93,72 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
                 pl.col(spec.label).cast(pl.String).str.strip_chars(LABEL_TRIM).alias(_ACCOUNT),
                 *optional,
                 (pl.lit(file_index, pl.Int64) * 2**40 + pl.int_range(pl.len())).alias(_ORDER),
+                pl.lit(whole).alias(_WHOLE),
+                *record,
             ).with_columns(pl.col(_RECORD, _ACCOUNT, REVIEWED_AT, REVIEWED_BY).replace("", None))
         )
     return pl.concat(frames) if frames else pl.DataFrame()
 
 
+def new_records(
+    rows: pl.DataFrame, spec: DataSpec, options: CleanSettings, first_row: int
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Corrections that are whole records the ledger lacks, through clean as the ledger went:
+    the clean ones (numbered on from the ledger's last source row) and the rejected ones with
+    clean's reason."""
+    if rows.is_empty():
+        return pl.DataFrame(), pl.DataFrame()
+    raw = rows.select(
+        pl.int_range(1, pl.len() + 1, dtype=pl.UInt32).alias(SOURCE_ROW),
+        *(pl.col(f"_{c}").alias(c) for c in record_columns(spec)),
+        pl.col(_ACCOUNT).alias(spec.label),
+    )
+    with tempfile.TemporaryDirectory(prefix="corrections-") as folder:
+        work = Path(folder)
+        write_parquet(raw.lazy(), work / "records.parquet")
+        # Resolved already: the latest correction of each record is all that is left.
+        once = dataclasses.replace(options, drop_duplicates=False)
+        # Every row has its account (checked above); one that clean refuses is a reject, not
+        # the end of the run (as a training file of nothing but rejects would be).
+        clean(
+            work / "records.parquet",
+            spec,
+            work / "clean.parquet",
+            work / "rejects.parquet",
+            once,
+            require_label=False,
+        )
+        cleaned = pl.read_parquet(work / "clean.parquet")
+        refused = pl.read_parquet(work / "rejects.parquet")
+    numbered = rows.drop(REASON).with_row_index("_index", offset=1)
+    added = cleaned.join(
+        numbered.select(
+            pl.col("_index").cast(cleaned.schema[SOURCE_ROW]).alias(SOURCE_ROW),
+            REVIEWED_AT,
+            REVIEWED_BY,
+        ),
+        on=SOURCE_ROW,
+        maintain_order="left",
+    ).with_columns((pl.col(SOURCE_ROW).cast(pl.Int64) + first_row).alias(SOURCE_ROW))
+    rejected = numbered.join(
+        refused.select(pl.col(SOURCE_ROW).cast(pl.UInt32).alias("_index"), REASON),
+        on="_index",
+        maintain_order="left",
+    ).drop("_index")
+    return added, rejected
+
+
 def apply_corrections(
-    records: Path, corrections: list[Path], spec: DataSpec, output: Path, rejects: Path
+    records: Path,
+    corrections: list[Path],
+    spec: DataSpec,
+    options: CleanSettings,
+    output: Path,
+    rejects: Path,
 ) -> CorrectionCounts:
-    """Write the records of `records` (clean's output) with the corrections applied and
-    `label_source`, and the rows that could not be applied; return the checked counts."""
+    """Write the records of `records` (clean's output) with the corrections applied, the new
+    records added and `label_source`, and the rows that could not be applied; return the
+    checked counts."""
     if spec.id is None:
         raise DataError("data.corrections needs data.columns.id: a correction names its record")
     ledger = pl.scan_parquet(records)
@@ -108,8 +180,13 @@ def apply_corrections(
             ),
         ),
         (
-            pl.col(_RECORD).is_not_null() & ~pl.col(_RECORD).is_in(known.implode()),
-            pl.format("no record with id '{}' in the ledger", pl.col(_RECORD)),
+            pl.col(_RECORD).is_not_null()
+            & ~pl.col(_RECORD).is_in(known.implode())
+            & ~pl.col(_WHOLE),
+            pl.format(
+                "no record with id '{}' in the ledger, and the file lacks a record's columns",
+                pl.col(_RECORD),
+            ),
         ),
     ]
     if spec.classes is not None:
@@ -143,7 +220,18 @@ def apply_corrections(
             pl.format("superseded by the later correction in {}", "_winner").alias(REASON)
         )
     )
-    rejected = pl.concat([checked.filter(pl.col(REASON).is_not_null()), superseded.drop("_winner")])
+    fresh = latest.filter(~pl.col(_RECORD).is_in(known.implode()))
+    latest = latest.filter(pl.col(_RECORD).is_in(known.implode()))
+    last_row = ledger.select(pl.col(SOURCE_ROW).max()).collect().item() or 0
+    added, refused = new_records(fresh, spec, options, last_row)
+    rejected = pl.concat(
+        [
+            checked.filter(pl.col(REASON).is_not_null()),
+            superseded.drop("_winner"),
+            *([refused] if refused.height else []),
+        ],
+        how="diagonal_relaxed",
+    )
 
     corrected = ledger.join(
         latest.lazy().select(_RECORD, _ACCOUNT, REVIEWED_AT, REVIEWED_BY),
@@ -160,9 +248,10 @@ def apply_corrections(
         .otherwise(pl.lit(LEDGER))
         .alias(LABEL_SOURCE),
     ).drop(_ACCOUNT)
+    joined = [added.lazy().with_columns(pl.lit(CORRECTION).alias(LABEL_SOURCE))]
     write_parquets(
         {
-            output: labelled,
+            output: pl.concat([labelled, *joined[: added.height > 0]], how="diagonal_relaxed"),
             rejects: rejected.select(
                 SOURCE_FILE,
                 SOURCE_ROW,
@@ -182,6 +271,7 @@ def apply_corrections(
         .select(pl.len())
         .collect()
         .item(),
+        added=added.height,
         superseded=superseded.height,
         rejected=rejected.height,
     )

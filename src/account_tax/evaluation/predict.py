@@ -80,10 +80,19 @@ class PredictPaths:
     review: Path
 
 
+def record_columns(spec: DataSpec) -> list[str]:
+    """The input's own columns that a prediction row carries as read (the label is there
+    already, cleaned): with its account filled in, a reviewed row is a whole record that
+    data.corrections can add to the ledger. A column named like one of predict's is left out."""
+    own = {SOURCE_ROW, ID, TEXT, DECISION, AUTO_THRESHOLD, *PREDICTION_COLUMNS, *PROVENANCE_COLUMNS}
+    return [c for c in spec.columns if c != spec.label and c not in own]
+
+
 def serialized_records(
     source: Path, spec: DataSpec, config: dict[str, Any], rejects: Path, work_dir: Path
 ) -> pl.DataFrame:
-    """`source_row`, `id`, `text` (and the label, when the file has one) of every usable row."""
+    """`source_row`, `id`, `text`, the label (when the file has one) and the record's columns as
+    read (`record_columns`) of every usable row."""
     # Labels are optional here, and one outside the training classes is no reason to reject.
     spec = dataclasses.replace(spec, classes=None)
     records, cleaned = work_dir / "records.parquet", work_dir / "clean.parquet"
@@ -95,12 +104,16 @@ def serialized_records(
         derived_columns(spec, FeatureSettings.of(config["features"]))
     )
     schema = featured.collect_schema()
-    return featured.select(
+    serialized = featured.select(
         SOURCE_ROW,
         pl.col(spec.id or SOURCE_ROW).cast(pl.String).alias(ID),
         text_expression(schema, SerializeSettings.of(config["serialize"])).alias(TEXT),
         pl.col(spec.label),
-    ).collect()
+    )
+    as_read = pl.scan_parquet(records).select(
+        SOURCE_ROW, *(pl.col(c).cast(pl.String) for c in record_columns(spec))
+    )
+    return serialized.join(as_read, on=SOURCE_ROW, how="left", maintain_order="left").collect()
 
 
 @dataclass(frozen=True)
