@@ -30,12 +30,25 @@ from transformers import (
 
 def train_bert_tokenizer(corpus: Sequence[str]) -> PreTrainedTokenizerFast:
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.train_from_iterator(
-        corpus, trainers.WordPieceTrainer(vocab_size=300, special_tokens=specials)
+    normalizer = normalizers.BertNormalizer(lowercase=True)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    # The vocabulary is every word and character of the corpus, in sorted order, not one that
+    # WordPieceTrainer learns: its choice among tied candidates differs from process to process,
+    # and so did the tests' model (and what it learned).
+    words = {
+        word
+        for text in corpus
+        for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
+    }
+    characters = sorted({character for word in words for character in word})
+    vocabulary = [*specials, *characters, *(f"##{c}" for c in characters), *sorted(words)]
+    tokenizer = Tokenizer(
+        models.WordPiece(
+            {token: i for i, token in enumerate(dict.fromkeys(vocabulary))}, unk_token="[UNK]"
+        )
     )
+    tokenizer.normalizer = normalizer
+    tokenizer.pre_tokenizer = pre_tokenizer
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)]
@@ -61,7 +74,7 @@ def train_llama_tokenizer(corpus: Sequence[str]) -> PreTrainedTokenizerFast:
         trainers.BpeTrainer(
             vocab_size=400,
             special_tokens=["<s>", "</s>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            initial_alphabet=sorted(pre_tokenizers.ByteLevel.alphabet()),
         ),
     )
     bos = tokenizer.token_to_id("<s>")
