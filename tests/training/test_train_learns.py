@@ -20,8 +20,9 @@ def test_validation_loss_falls_and_accuracy_beats_chance(
     epochs = [record for record in history if record.get("validation_loss") is not None]
     assert len(epochs) == 6
     losses = [record["validation_loss"] for record in epochs]
-    # Guessing among the 5 classes gives log(5) = 1.61; the first epoch ends near it.
-    assert losses[-1] < 0.6 * min(losses[0], math.log(5)), losses
+    # Guessing among the 5 classes gives log(5) = 1.61: training ends far below it, and below
+    # where its first epoch ended.
+    assert losses[-1] < 0.6 * math.log(5) and losses[-1] < 0.8 * losses[0], losses
     chance = 1 / CLASSES_WITH_ROWS
     assert epochs[-1]["validation_accuracy"] >= 3 * chance, epochs[-1]
     assert metrics["validation_accuracy"] >= 3 * chance
