@@ -270,12 +270,17 @@ def stop_reason(history: list[dict[str, Any]], stopping: EarlyStoppingSettings) 
     )
 
 
+def seconds_spent(history: list[dict[str, Any]]) -> float:
+    """The seconds of every training step and validation so far (over resumes and segments;
+    the mean of the ranks, the same on each): what train.max_minutes counts."""
+    return sum(r["seconds"] + r.get("validation_seconds", 0.0) for r in history)
+
+
 def out_of_time(history: list[dict[str, Any]], max_minutes: float | None) -> str | None:
-    """Why the time budget stops training, or None: the seconds of every training step and
-    validation so far (over resumes and segments; the mean of the ranks, the same on each)."""
+    """Why the time budget stops training, or None."""
     if max_minutes is None:
         return None
-    spent = sum(r["seconds"] + r.get("validation_seconds", 0.0) for r in history)
+    spent = seconds_spent(history)
     if spent < max_minutes * 60:
         return None
     return f"the time budget of {max_minutes:g} min is spent ({spent / 60:.1f} min)"
@@ -758,9 +763,7 @@ def finish(
         "train_samples_per_s": sum(r["samples"] for r in history) / seconds if seconds else None,
         "train_tokens_per_s": sum(r["tokens"] for r in history) / seconds if seconds else None,
         "wall_time_s": time.perf_counter() - run.started,
-        # What train.max_minutes counts: training steps and validations, over every resume.
-        "training_minutes": sum(r["seconds"] + r.get("validation_seconds", 0.0) for r in history)
-        / 60,
+        "training_minutes": seconds_spent(history) / 60,
     }
     barrier()
     torch_dist.destroy_process_group()
