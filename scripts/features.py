@@ -2,10 +2,11 @@
 the label map with a stable id for every class, including classes without samples, and each
 class's name, description and parent from the chart of accounts."""
 
+import json
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.data.features import FeatureSettings, build_features
+from account_tax.data.features import LABEL_MAP, FeatureSettings, build_features
 from account_tax.data.plots import plot_class_distribution
 from account_tax.data.spec import DataSpec
 from account_tax.workflow_run import log_stage
@@ -17,10 +18,16 @@ def main() -> None:
     parser.add_argument("--output", type=Path, required=True, help="records with features")
     parser.add_argument("--label-map", type=Path, required=True, help="label map JSON to write")
     parser.add_argument("--plot", type=Path, required=True, help="class distribution PNG")
+    parser.add_argument(
+        "--init-model", type=Path, help="the model a warm start begins from: its label ids stay"
+    )
     args = parser.parse_args()
     spec = DataSpec.from_config(args.settings)
     options = FeatureSettings.of(args.settings["features"])
-    mapping = build_features(args.input, spec, options, args.output, args.label_map)
+    previous = None
+    if args.init_model:
+        previous = json.loads((args.init_model / LABEL_MAP).read_text(encoding="utf-8"))
+    mapping = build_features(args.input, spec, options, args.output, args.label_map, previous)
     plot_class_distribution(mapping["counts"], args.plot, "Classes after cleaning")
     counts = mapping["counts"].values()
     metrics = {

@@ -63,6 +63,9 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--tracking", type=Path, help="the workflow's MLflow run file")
     parser.add_argument(
+        "--init-model", type=Path, help="the exported model a warm start begins from (init_from)"
+    )
+    parser.add_argument(
         "--trial", help="a sweep trial's name: logged as a nested run of the workflow's MLflow run"
     )
     parser.add_argument(
@@ -88,6 +91,7 @@ def main() -> None:
         metrics=args.metrics,
         history=args.history,
         segment_marker=args.segment_marker,
+        init_model=args.init_model,
     )
     tracked = args.tracking is not None and args.tracking.exists()
     mlflow_run_id = read_run(args.tracking)["run_id"] if tracked else None

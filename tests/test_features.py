@@ -217,3 +217,41 @@ def test_the_bundled_default_names_its_classes_from_the_standard_tags(tmp_path):
     assert names["TradePayables"] == "Trade Payables"
     assert None not in names.values()
     assert mapping["parents"] == mapping["descriptions"] == [None] * len(names)
+
+
+def test_a_warm_start_keeps_the_old_models_label_ids_and_numbers_new_classes_after(tmp_path):
+    """The old model's classes keep their ids in its order, what the chart says of them follows
+    them, a class the chart dropped stays (with the old map's name and no rows), new ones come
+    after in chart order."""
+    source = tmp_path / "clean.parquet"
+    clean_frame().write_parquet(source)
+    chart = tmp_path / "chart.csv"
+    pl.DataFrame(
+        {
+            "account": ["1800", "4210", "4930", "4970", "6000"],
+            "title": ["Bank", "Rent", "Office supplies", "Fees", "New"],
+        }
+    ).write_csv(chart)
+    config = ledger_config(
+        tmp_path / "ledger.csv",
+        classes=str(chart),
+        chart_columns={"code": "account", "name": "title"},
+    )
+    previous = {
+        "labels": ["4930", "9999", "4210"],
+        "names": ["Office", "Closed account", "Rent"],
+        "descriptions": [None, "no longer used", None],
+        "parents": [None, None, None],
+    }
+    mapping = build_features(
+        source,
+        DataSpec.from_config(config),
+        FeatureSettings.of(),
+        tmp_path / "f.parquet",
+        tmp_path / "m.json",
+        previous,
+    )
+    assert mapping["labels"] == ["4930", "9999", "4210", "1800", "4970", "6000"]
+    assert mapping["names"] == ["Office supplies", "Closed account", "Rent", "Bank", "Fees", "New"]
+    assert mapping["descriptions"][1] == "no longer used"
+    assert mapping["counts"] == {"4930": 2, "9999": 0, "4210": 1, "1800": 0, "4970": 1, "6000": 0}

@@ -776,3 +776,49 @@ def test_no_secret_in_the_registered_model(trained):
         assert secret not in json.dumps(version.tags)
         for path in files:
             assert secret.encode() not in path.read_bytes(), path
+
+
+def test_a_warm_start_from_the_champion_keeps_its_ids_and_learns_the_corrections(trained, tmp_path):
+    """A copy of the trained workflow, its registered version made champion, a new class in the
+    chart and corrections of ten records: init_model fetches the champion's model, features keeps
+    its label ids, and training starts from it on the rows it has not learned."""
+    workdir, config, _, server = trained
+    copy = tmp_path / "warm"
+    shutil.copytree(workdir, copy, ignore=shutil.ignore_patterns("checkpoints", ".snakemake"))
+    client = MlflowClient(registry_uri(copy))
+    version = client.get_model_version_by_alias("account-tax", "candidate")
+    client.set_registered_model_alias("account-tax", "champion", version.version)
+    corrections = copy / "corrections.csv"
+    rows = [{"entry_id": f"E{n:05d}", "account": "4210"} for n in range(1, 11)]
+    pl.DataFrame(rows).write_csv(corrections)
+    warm = {
+        **config,
+        "data": {**config["data"], "classes": [*config["data"]["classes"], "2000"]},
+        "train": {**config["train"], "init_from": "champion", "warm_start": {"epochs": 2}},
+    }
+    warm["data"]["corrections"] = [str(corrections)]
+    result = snakemake(copy, "results/train/segment-2/metrics.json", config=warm, env=server.env())
+    assert {"init_model", "correct", "features", "train"} <= set(jobs_run(result))
+
+    fetched = copy / "results/init/model"
+    stored = Path(version.source.removeprefix("file://")) / "artifacts/model"
+    assert sha256_file(fetched / "adapter_model.safetensors") == sha256_file(
+        stored / "adapter_model.safetensors"
+    )
+    old_labels = json.loads((fetched / "label_map.json").read_text())["labels"]
+    labels = json.loads((copy / "results/features/label_map.json").read_text())["labels"]
+    assert labels == [*old_labels, "2000"]
+
+    model = copy / "results/train/segment-2/model"
+    info = json.loads((model / "training_info.json").read_text())
+    learned = pl.read_parquet(fetched / "trained_rows.parquet")
+    split = pl.read_parquet(copy / "results/serialize/train.parquet")
+    split = split.with_columns(pl.Series("label", labels).gather(split["label_id"]))
+    new = split.join(learned, on=["id", "label"], how="anti")
+    head_init = info["head_init"]
+    assert head_init["method"] == "warm_start" and head_init["from"] == "results/init/model"
+    assert head_init["new_rows"] == len(new) and head_init["new_classes"] == 1
+    assert len(new) > 0 and set(new["id"]) <= {row["entry_id"] for row in rows}
+    metrics = json.loads((copy / "results/train/segment-2/metrics.json").read_text())
+    assert metrics["epochs"] == 2
+    assert metrics["train_rows"] == len(new) + info["head_init"]["replayed_rows"]

@@ -65,6 +65,8 @@ SWEEP_CHOICE = "results/sweep/selected.json"
 RECEIPTS_DIR = "results/upload/receipts"
 # Written when the workflow starts, read by every job: see workflow/rules/tracking.smk.
 RUN_FILE = "results/tracking/run.json"
+# Where the champion that a warm start begins from is fetched (train.init_from: champion).
+INIT_MODEL = "results/init/model"
 
 
 wildcard_constraints:
@@ -168,12 +170,23 @@ def data_outputs():
     return expand("results/serialize/{split}.parquet", split=SPLITS)
 
 
+def init_model():
+    """The model folder a warm start begins from (train.init_from): the champion, fetched by
+    the init_model rule, or a folder the config names; none when training starts afresh.
+    """
+    init_from = config["train"]["init_from"]
+    if init_from == "none":
+        return {}
+    return {"init_model": INIT_MODEL if init_from == "champion" else init_from}
+
+
 def train_inputs():
     return {
         "train": "results/serialize/train.parquet",
         "validation": "results/serialize/validation.parquet",
         "label_map": "results/features/label_map.json",
         "deepspeed": config["train"]["deepspeed_config"],
+        **init_model(),
     }
 
 

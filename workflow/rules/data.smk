@@ -87,6 +87,7 @@ rule correct:
 
 rule features:
     input:
+        **init_model(),
         input=labelled_records(),
         classes=classes_file(),
     output:

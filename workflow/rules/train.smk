@@ -7,6 +7,26 @@
 # named by the settings), so it resumes the finished trial and trains nothing again.
 
 
+rule init_model:
+    output:
+        output=directory(INIT_MODEL),
+    log:
+        "logs/init_model.log",
+    conda:
+        "../../envs/train.yaml"
+    container:
+        "containers/train.sif"
+    params:
+        script=script("init_model"),
+        code=code_sha256("init_model"),
+        tracking=RUN_FILE,
+        settings=settings("register"),
+        paths=path_options(),
+    shell:
+        "python {params.script} --settings {params.settings:q} {params.paths}"
+        " --tracking {params.tracking} > {log} 2>&1"
+
+
 rule train:
     input:
         **train_inputs(),

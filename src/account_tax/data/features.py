@@ -61,6 +61,10 @@ def signed_magnitude(column: pl.Expr) -> pl.Expr:
     )
 
 
+LABEL_MAP = "label_map.json"
+"""The label map's file name, beside the features and in every exported model's folder."""
+
+
 @dataclass(frozen=True)
 class FeatureSettings(SectionView):
     SECTION = "features"
@@ -87,18 +91,40 @@ def derived_columns(spec: DataSpec, options: FeatureSettings) -> list[pl.Expr]:
     return derived
 
 
-def label_map(counts: dict[str, int], spec: DataSpec) -> dict[str, Any]:
+def label_map(
+    counts: dict[str, int], spec: DataSpec, previous: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Ids for every class; counts include classes with no samples (0). Per class, in label-id
     order, its name, description and parent from the chart, null where unknown; a class the
-    chart leaves unnamed is named from its label with `data.class_names_from_labels`."""
-    labels = list(spec.classes) if spec.classes is not None else sorted(counts)
-    unknown = sorted(set(counts) - set(labels))
+    chart leaves unnamed is named from its label with `data.class_names_from_labels`.
+
+    `previous`: the label map of the model a warm start begins from. Its classes keep their ids
+    (a class the chart no longer lists stays, with what that map said of it and no rows) and the
+    others follow, in chart order.
+    """
+    current = list(spec.classes) if spec.classes is not None else sorted(counts)
+    unknown = sorted(set(counts) - set(current))
     if unknown:
         # clean rejects unknown classes, so this is a wiring error, not bad data.
         raise DataError(f"labels not in data.classes reached features: {unknown[:10]}")
-    unknowns = [None] * len(labels)
+    said: dict[str, dict[str, str | None]] = {}
+    if previous is not None:
+        for key in ("names", "descriptions", "parents"):
+            for label, value in zip(previous["labels"], previous[key], strict=True):
+                said.setdefault(label, {})[key] = value
     chart = spec.chart
-    names = list(chart.names) if chart else unknowns
+    if chart:
+        for i, code in enumerate(chart.codes):
+            said[code] = {
+                "names": chart.names[i],
+                "descriptions": chart.descriptions[i],
+                "parents": chart.parents[i],
+            }
+    labels = current
+    if previous is not None:
+        kept = set(previous["labels"])
+        labels = [*previous["labels"], *(label for label in current if label not in kept)]
+    names = [said.get(label, {}).get("names") for label in labels]
     if spec.class_names_from_labels:
         # Split as ingest splits the concept names the default data's labels were taken from.
         words = pl.Series(labels, dtype=pl.String).str.replace_all("_", " ")
@@ -109,20 +135,26 @@ def label_map(counts: dict[str, int], spec: DataSpec) -> dict[str, Any]:
         "labels": labels,
         "counts": {label: counts.get(label, 0) for label in labels},
         "names": names,
-        "descriptions": list(chart.descriptions) if chart else unknowns,
-        "parents": list(chart.parents) if chart else unknowns,
+        "descriptions": [said.get(label, {}).get("descriptions") for label in labels],
+        "parents": [said.get(label, {}).get("parents") for label in labels],
     }
 
 
 def build_features(
-    source: Path, spec: DataSpec, options: FeatureSettings, output: Path, label_map_path: Path
+    source: Path,
+    spec: DataSpec,
+    options: FeatureSettings,
+    output: Path,
+    label_map_path: Path,
+    previous: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Add derived fields to the clean records and write the label map; return the label map."""
+    """Add derived fields to the clean records and write the label map (keeping the ids of
+    `previous`, see `label_map`); return the label map."""
     frame = pl.scan_parquet(source)
     write_parquet(frame.with_columns(derived_columns(spec, options)), output)
     counts = dict(pl.scan_parquet(output).group_by(spec.label).len().collect().iter_rows())
     counts.pop(None, None)
-    mapping = label_map(counts, spec)
+    mapping = label_map(counts, spec, previous)
     write_json(label_map_path, mapping)
     present = sum(1 for c in mapping["counts"].values() if c > 0)
     log.info(

@@ -17,6 +17,7 @@ import joblib
 import numpy as np
 import polars as pl
 
+from account_tax.data.features import LABEL_MAP
 from account_tax.data.serialize import LABEL_ID, TEXT, read_split
 from account_tax.data.split import SplitSettings
 from account_tax.evaluation.assessment import (
@@ -56,7 +57,7 @@ from account_tax.io import write_json, write_parquet
 from account_tax.settings import EvaluateSettings
 from account_tax.training.head_init import class_texts
 from account_tax.training.inference import load_classifier, model_temperature, predict_logits
-from account_tax.training.model import LABEL_MAP, read_training_info
+from account_tax.training.model import read_training_info
 from account_tax.workflow_run import log_stage, read_run
 
 SPLITS = ("validation", "test")

@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from account_tax.data.clean import CleanSettings, clean
-from account_tax.data.features import FeatureSettings, derived_columns
+from account_tax.data.features import LABEL_MAP, FeatureSettings, derived_columns
 from account_tax.data.ingest import ingest
 from account_tax.data.serialize import ID, TEXT, SerializeSettings, read_labels, text_expression
 from account_tax.data.spec import DataSpec
@@ -44,7 +44,7 @@ from account_tax.training.inference import (
     model_temperature,
     predict_probabilities,
 )
-from account_tax.training.model import LABEL_MAP, read_training_info
+from account_tax.training.model import read_training_info
 from account_tax.training.temperature import softmax
 
 log = logging.getLogger(__name__)

@@ -29,6 +29,7 @@ import importlib.metadata
 import json
 import logging
 import os
+import shutil
 import tempfile
 import tomllib
 from dataclasses import dataclass
@@ -39,10 +40,12 @@ import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 import polars as pl
+import yaml
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import BAD_REQUEST, INTERNAL_ERROR
 
 from account_tax.data.clean import REASON
+from account_tax.data.features import LABEL_MAP
 from account_tax.data.serialize import ID, read_labels
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
@@ -61,7 +64,7 @@ from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, LABEL, PREDICTED_LABEL, TOP_K_LABELS
 from account_tax.io import PACKAGE_PREFIX, sha256_file, write_json
 from account_tax.settings import SOURCE_ROW, EvaluateSettings, SectionView
-from account_tax.training.model import LABEL_MAP, read_training_info
+from account_tax.training.model import read_training_info
 from account_tax.workflow_run import log_stage, run_client, store_lock
 
 log = logging.getLogger(__name__)
@@ -562,3 +565,32 @@ def summary_html(record: dict, champion_alias: str) -> str:
         f"<p>{html.escape(champion_alias)}: {moved}: {html.escape(record['champion']['why'])}."
         "</p></body></html>\n"
     )
+
+
+def fetch_champion_model(
+    tracking: Path, settings: RegisterSettings, output: Path
+) -> dict[str, Any]:
+    """Copy the fine-tuned model of the version holding the champion alias into `output`, where a
+    warm start (train.init_from: champion) begins; what was fetched."""
+    client, run = run_client(tracking)
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or run["tracking_uri"]
+    champion = current_version(client, settings.name, settings.champion_alias)
+    if champion is None:
+        raise DataError(
+            f"no version of model {settings.name!r} holds alias {settings.champion_alias!r} in"
+            f" {run['tracking_uri']}: no champion to start from (train once with"
+            " train.init_from: none)"
+        )
+    with tempfile.TemporaryDirectory(prefix="init-model-") as scratch:
+        mlmodel = mlflow.artifacts.download_artifacts(
+            f"{champion.source}/MLmodel", dst_path=scratch, tracking_uri=uri
+        )
+        artifacts = yaml.safe_load(Path(mlmodel).read_text(encoding="utf-8"))["flavors"][
+            "python_function"
+        ]["artifacts"]
+        fetched = mlflow.artifacts.download_artifacts(
+            f"{champion.source}/{artifacts['model']['path']}", dst_path=scratch, tracking_uri=uri
+        )
+        shutil.copytree(fetched, output)
+    log.info("champion version %s of %s fetched into %s", champion.version, settings.name, output)
+    return {"version": champion.version, "run_id": champion.run_id, "source": champion.source}

@@ -21,11 +21,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
-from account_tax.errors import DataError
-from account_tax.io import require_columns
+from account_tax.data.serialize import read_split
 from account_tax.training.settings import DataLoaderSettings
 
-SPLIT_COLUMNS = ("id", "text", "label_id")
 SMALLEST_BUCKET = 16
 """The shortest padded length of a compiled step; each next bucket doubles, up to max_length."""
 MEGABATCH = 50
@@ -44,17 +42,18 @@ class TokenizedSplit(Dataset):
     def read(
         cls, path: Path, tokenizer: PreTrainedTokenizerBase, max_length: int, num_labels: int
     ) -> TokenizedSplit:
-        frame = pl.read_parquet(path)
-        require_columns(frame.columns, SPLIT_COLUMNS, path)
-        label_ids = frame["label_id"]
-        if label_ids.null_count() or not label_ids.is_between(0, num_labels - 1).all():
-            raise DataError(f"{path}: label_id outside 0..{num_labels - 1} (see label_map.json)")
+        return cls.tokenize(read_split(path, num_labels), tokenizer, max_length)
+
+    @classmethod
+    def tokenize(
+        cls, frame: pl.DataFrame, tokenizer: PreTrainedTokenizerBase, max_length: int
+    ) -> TokenizedSplit:
         texts = frame["text"].fill_null("").to_list()
         # A split may be empty (validation_fraction 0); the tokenizer rejects an empty list.
         input_ids = (
             tokenizer(texts, truncation=True, max_length=max_length)["input_ids"] if texts else []
         )
-        return cls(input_ids, label_ids.to_numpy().astype(np.int64))
+        return cls(input_ids, frame["label_id"].to_numpy().astype(np.int64))
 
     def __len__(self) -> int:
         return len(self.input_ids)

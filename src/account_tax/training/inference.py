@@ -14,6 +14,7 @@ import torch
 from peft import PeftModel
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
+from account_tax.data.features import LABEL_MAP
 from account_tax.data.serialize import LABEL_ID, TEXT, read_labels, read_split
 from account_tax.errors import DataError
 from account_tax.io import write_json
@@ -25,7 +26,6 @@ from account_tax.training.classifier import (
 )
 from account_tax.training.head_init import embed_classes_without_rows
 from account_tax.training.model import (
-    LABEL_MAP,
     TRAINING_INFO,
     load_tokenizer,
     read_training_info,

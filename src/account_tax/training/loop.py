@@ -6,6 +6,7 @@ never a collective (under ZeRO a collective missed by one rank deadlocks the oth
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -21,6 +22,7 @@ from typing import Any
 
 import deepspeed
 import numpy as np
+import polars as pl
 import torch
 import torch.distributed as torch_dist
 from transformers import (
@@ -31,10 +33,12 @@ from transformers import (
 )
 
 from account_tax.code_hash import code_sha256
+from account_tax.data.features import LABEL_MAP
+from account_tax.data.serialize import read_split
 from account_tax.errors import DataError, writing
 from account_tax.io import sha256_file, write_json
 from account_tax.progress import progress_bar
-from account_tax.storage.manifest import step_name, write_manifest
+from account_tax.storage.manifest import MANIFEST, step_name, write_manifest
 from account_tax.training.batching import (
     TokenizedSplit,
     epoch_batches,
@@ -57,7 +61,12 @@ from account_tax.training.checkpoint import (
 from account_tax.training.classifier import hold_rows, save_full_classifier
 from account_tax.training.distributed import Distributed, barrier, init_distributed
 from account_tax.training.fsdp import FsdpEngine
-from account_tax.training.head_init import class_texts, init_head_from_texts, resolve_head_init
+from account_tax.training.head_init import (
+    class_texts,
+    embed_classes_without_rows,
+    init_head_from_texts,
+    resolve_head_init,
+)
 from account_tax.training.inference import (
     calibrate_model,
     merge_adapter,
@@ -65,7 +74,6 @@ from account_tax.training.inference import (
 )
 from account_tax.training.loss import class_weights, forward_loss, label_counts
 from account_tax.training.model import (
-    LABEL_MAP,
     TRAINING_INFO,
     build_model,
     is_head_parameter,
@@ -76,6 +84,17 @@ from account_tax.training.model import (
 from account_tax.training.precision import resolve_precision
 from account_tax.training.settings import RUN_ONLY_KEYS, EarlyStoppingSettings, TrainSettings
 from account_tax.training.stop_signals import StopRequest, TrainingStopped, stop_after_step
+from account_tax.training.warm_start import (
+    InitModel,
+    check_label_ids,
+    copy_head_rows,
+    head_state,
+    learned_rows,
+    load_adapter,
+    read_init_model,
+    rows_to_learn,
+    write_learned_rows,
+)
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +124,8 @@ class TrainPaths:
     history: Path
     # Where a segment says which run folder and step it reached (for upload and retention).
     segment_marker: Path | None = None
+    # The exported model a warm start begins from (train.init_from).
+    init_model: Path | None = None
 
 
 def deepspeed_config(
@@ -296,6 +317,7 @@ def save_outputs(
     mlflow_run_id: str | None,
     head_init: dict[str, Any],
     exported: dict[str, Any],
+    learned: pl.DataFrame,
 ) -> None:
     """The adapter (or the whole model) with tokenizer, label map and provenance; every rank
     calls this, because under ZeRO-3 and FSDP the weights are gathered from all of them."""
@@ -320,6 +342,7 @@ def save_outputs(
     if dist.is_main:
         tokenizer.save_pretrained(paths.output_dir)
         shutil.copyfile(paths.label_map, paths.output_dir / LABEL_MAP)
+        write_learned_rows(learned, paths.output_dir)
         info = {
             "base_model": settings.model,
             "base_model_path": str(model_dir),
@@ -368,6 +391,8 @@ def run_fingerprint(settings: TrainSettings, precision: str, paths: TrainPaths) 
     inputs; not the number of processes, which a resume may change (the global batch is kept)."""
     ds_config = deepspeed_config(settings, precision, world_size=1)
     inputs = {"train": paths.train, "validation": paths.validation, "label_map": paths.label_map}
+    if paths.init_model is not None:
+        inputs["init_model"] = paths.init_model / MANIFEST
     return fingerprint(
         {
             # Code that computes differently must not resume the old code's checkpoints.
@@ -430,6 +455,8 @@ class TrainingRun:
     weights: torch.Tensor
     unseen: np.ndarray  # classes without training rows
     head_init: dict[str, Any]
+    init: InitModel | None
+    learned: pl.DataFrame  # id and label of every row the exported model will have learned
     precision: str
     run_dir: Path
     accumulation: int  # micro-batches per step and rank; keeps the run's global batch
@@ -450,7 +477,25 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
     labels = label_map["labels"]
     model_dir = resolve_model_dir(settings.model)
     tokenizer = load_tokenizer(model_dir)
-    train_split = TokenizedSplit.read(paths.train, tokenizer, settings.max_length, len(labels))
+    train_frame = read_split(paths.train, len(labels))
+    init, warm = None, {}
+    if settings.init_from != "none":
+        if paths.init_model is None:
+            raise ValueError(f"train.init_from is {settings.init_from!r} but no model folder given")
+        init = read_init_model(paths.init_model, settings)
+        check_label_ids(init, labels, paths.label_map)
+        learned = learned_rows(train_frame, labels, init)
+        train_frame, warm = rows_to_learn(
+            train_frame, labels, init, settings.warm_start.replay_ratio, settings.seed
+        )
+        if warm["new_rows"] == 0:
+            raise DataError(
+                f"{paths.train}: {init.folder} has learned every row with its label; nothing new"
+                " to train on (train.init_from: none trains afresh)"
+            )
+    else:
+        learned = learned_rows(train_frame, labels, None)
+    train_split = TokenizedSplit.tokenize(train_frame, tokenizer, settings.max_length)
     validation_split = TokenizedSplit.read(
         paths.validation, tokenizer, settings.max_length, len(labels)
     )
@@ -476,11 +521,18 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
 
     # One seed on every rank: the new head and the adapters start out identical everywhere.
     set_seed(settings.seed)
-    model = build_model(model_dir, labels, settings.head)
+    # A fully trained model's backbone is its own; an adapter goes on the pretrained one.
+    backbone_dir = init.folder if init is not None and not init.has_adapter else model_dir
+    model = build_model(backbone_dir, labels, settings.head)
     counts = label_counts(train_split.label_ids, len(labels))
     weights = class_weights(counts, settings.class_weight_alpha)
     # Before DeepSpeed partitions the parameters (ZeRO-3), so every rank sets whole rows.
-    head_init = {"method": resolve_head_init(settings.head_init, label_map)}
+    if init is not None:
+        head_init = {"method": "warm_start", "from": str(init.folder), **warm}
+        head, adapter = head_state(init)
+        copy_head_rows(model, head, len(init.labels))
+    else:
+        head_init = {"method": resolve_head_init(settings.head_init, label_map)}
     if head_init["method"] == "label_text":
         head_init["seconds"] = init_head_from_texts(
             model, tokenizer, class_texts(label_map), settings.max_length
@@ -489,6 +541,14 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
     hold_rows(model.classifier, torch.from_numpy(unseen))
     head_init["held_classes"] = int(unseen.sum())
     model = prepare_for_training(model, settings.lora, settings.gradient_checkpointing)
+    if init is not None:
+        load_adapter(model, adapter, init.folder)
+        # New classes start from their text as the warm model embeds it.
+        new_classes = np.arange(len(labels)) >= len(init.labels)
+        embed_classes_without_rows(
+            model, tokenizer, class_texts(label_map), new_classes, settings.max_length
+        )
+        head_init["new_classes"] = int(new_classes.sum())
     warmup = round(settings.warmup_ratio * total_steps)
     if settings.lr_schedule == "linear":
         scheduler = partial(
@@ -549,6 +609,8 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
         weights=weights,
         unseen=unseen,
         head_init=head_init,
+        init=init,
+        learned=learned,
         precision=precision,
         run_dir=run_dir,
         accumulation=accumulation,
@@ -734,6 +796,7 @@ def finish(
             mlflow_run_id,
             run.head_init,
             exported,
+            run.learned,
         )
     steps_per_epoch = run.steps_per_epoch
     recent = history[-steps_per_epoch:]
@@ -803,6 +866,8 @@ def train(
     A segment ends with a checkpoint, so the next one, a separate process (and Snakemake job),
     resumes there while the checkpoint is uploaded.
     """
+    if settings.init_from != "none":
+        settings = dataclasses.replace(settings, epochs=settings.warm_start.epochs)
     run = setup(settings, paths, segment)
     step, stopped = run_epochs(run, settings, paths)
     if run.dist.is_main and paths.segment_marker is not None:

@@ -22,7 +22,6 @@ from account_tax.training.settings import LoraSettings
 
 log = logging.getLogger(__name__)
 
-LABEL_MAP = "label_map.json"
 GGUF_SUFFIX = ".gguf"
 TRAINING_INFO = "training_info.json"
 """Beside the trained weights: the base model it was trained from, and the settings."""

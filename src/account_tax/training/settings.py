@@ -51,6 +51,14 @@ class EarlyStoppingSettings(SectionView):
 
 
 @dataclass(frozen=True)
+class WarmStartSettings(SectionView):
+    SECTION = "train.warm_start"
+    epochs: int
+    # Old rows replayed per new row.
+    replay_ratio: float
+
+
+@dataclass(frozen=True)
 class TrainSettings(SectionView):
     SECTION = "train"
     model: str
@@ -67,6 +75,9 @@ class TrainSettings(SectionView):
     seed: int
     head: str
     head_init: str
+    # none, champion, or an exported model's folder.
+    init_from: str
+    warm_start: WarmStartSettings
     lora: LoraSettings
     gradient_checkpointing: bool
     compile: bool

@@ -1,0 +1,27 @@
+"""Init model: fetch the registered champion's fine-tuned model into a folder, where a warm start
+(`train.init_from: champion`) begins."""
+
+from pathlib import Path
+
+from account_tax import cli
+from account_tax.tracking.registry import RegisterSettings, fetch_champion_model
+from account_tax.workflow_run import log_stage
+
+
+def main() -> None:
+    parser = cli.parser(__doc__)
+    parser.add_argument("--output", type=Path, required=True, help="the model folder to write")
+    args = parser.parse_args()
+    fetched = fetch_champion_model(
+        args.tracking, RegisterSettings.of(args.settings["register"]), args.output
+    )
+    log_stage(
+        args.tracking,
+        "init_model",
+        {"champion_version": int(fetched["version"])},
+        tags={"champion_run_id": fetched["run_id"]},
+    )
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,198 @@
+"""Warm start (train.init_from): a new run begins from an exported model, keeps its label ids,
+head rows and adapter, adds rows for new classes, and trains on what that model has not learned
+plus a replay of what it has."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+from conftest import LABELS, REPO, ledger_rows
+
+from account_tax.errors import DataError
+from account_tax.training.head_init import trained_head
+from account_tax.training.inference import load_classifier, predict_logits
+from account_tax.training.model import build_model, prepare_for_training
+from account_tax.training.settings import TrainSettings
+from account_tax.training.warm_start import (
+    TRAINED_ROWS,
+    InitModel,
+    check_label_ids,
+    copy_head_rows,
+    head_state,
+    load_adapter,
+    read_init_model,
+    rows_to_learn,
+)
+
+NEW_LABELS = [*LABELS, "meals"]
+SCHEMA = {"id": pl.String, "text": pl.String, "label_id": pl.Int32}
+
+
+def init_of(trained: list[tuple[str, str]], labels=LABELS) -> InitModel:
+    frame = pl.DataFrame(trained, schema={"id": pl.String, "label": pl.String}, orient="row")
+    return InitModel(Path("old-model"), list(labels), {}, frame)
+
+
+def test_the_rows_to_learn_are_the_new_and_relabelled_ones_plus_a_seeded_replay():
+    split = pl.DataFrame(
+        {
+            "id": [f"r{i}" for i in range(10)],
+            "text": ["t"] * 10,
+            "label_id": [0, 1, 2, 3, 0, 1, 2, 3, 5, 1],
+        },
+        schema=SCHEMA,
+    )
+    # r0..r7 learned with these labels, r9 learned as office (now travel: a correction), r8 new.
+    old = [(f"r{i}", NEW_LABELS[split["label_id"][i]]) for i in range(8)] + [("r9", "office")]
+    chosen, counts = rows_to_learn(split, NEW_LABELS, init_of(old), replay_ratio=1.5, seed=3)
+    assert counts == {"new_rows": 2, "learned_rows": 8, "replayed_rows": 3}
+    ids = chosen["id"].to_list()
+    assert {"r8", "r9"} <= set(ids) and len(ids) == 5
+    assert ids == sorted(ids, key=lambda i: int(i[1:]))  # the split's order
+    again, _ = rows_to_learn(split, NEW_LABELS, init_of(old), replay_ratio=1.5, seed=3)
+    assert again.equals(chosen)
+    everything, counts = rows_to_learn(split, NEW_LABELS, init_of(old), replay_ratio=50, seed=3)
+    assert counts["replayed_rows"] == 8 and len(everything) == 10
+    none, counts = rows_to_learn(split, NEW_LABELS, init_of(old), replay_ratio=0, seed=3)
+    assert none["id"].to_list() == ["r8", "r9"]
+
+
+def test_label_ids_of_the_old_model_must_come_first_in_its_order(tmp_path):
+    check_label_ids(init_of([]), NEW_LABELS, tmp_path / "label_map.json")
+    with pytest.raises(DataError, match=r"label_map.json: its first 5 labels are not old-model's"):
+        check_label_ids(init_of([]), ["meals", *LABELS], tmp_path / "label_map.json")
+
+
+@pytest.fixture(scope="module")
+def old_model(tmp_path_factory, ledger, tiny_bert, tiny_settings, run_training) -> Path:
+    out = tmp_path_factory.mktemp("old")
+    run_training(ledger, out, tiny_settings(tiny_bert, epochs=1, head="linear"))
+    return out / "model"
+
+
+@pytest.fixture(scope="module")
+def grown_ledger(tmp_path_factory, ledger) -> dict[str, Path]:
+    """The old training rows with one relabelled, 24 rows of a new class, the old validation rows
+    and a label map with the new class after the old ones."""
+    folder = tmp_path_factory.mktemp("grown")
+    old = pl.read_parquet(ledger["train"])
+    relabelled = old.with_columns(
+        pl.when(pl.col("id") == old["id"][0])
+        .then(1)
+        .otherwise(pl.col("label_id"))
+        .alias("label_id")
+    )
+    meals = pl.DataFrame(
+        [
+            {
+                "id": f"m{i}",
+                "text": f"vendor: city estates | memo: desk chair | amount: {i}",
+                "label_id": 5,
+            }
+            for i in range(24)
+        ],
+        schema=SCHEMA,
+    )
+    paths = {"train": folder / "train.parquet", "validation": ledger["validation"]}
+    pl.concat([relabelled.cast(SCHEMA), meals]).write_parquet(paths["train"])
+    counts = {label: 40 for label in LABELS[:4]} | {"unused": 0, "meals": 24}
+    paths["label_map"] = folder / "label_map.json"
+    paths["label_map"].write_text(
+        json.dumps({"label_column": "label", "labels": NEW_LABELS, "counts": counts}),
+        encoding="utf-8",
+    )
+    return paths
+
+
+def test_a_warm_model_starts_where_the_old_one_ended(old_model, tiny_bert, tiny_settings):
+    """Before any step, the warm-started model gives the old model's logits for the old classes:
+    same adapter, same head rows; the new class's row is its text as that model embeds it."""
+    settings = TrainSettings.of(tiny_settings(tiny_bert, head="linear"), init_from=str(old_model))
+    init = read_init_model(old_model, settings)
+    model = build_model(tiny_bert, NEW_LABELS, "linear")
+    head, adapter = head_state(init)
+    copy_head_rows(model, head, len(LABELS))
+    model = prepare_for_training(model, settings.lora, gradient_checkpointing=False).eval()
+    load_adapter(model, adapter, old_model)
+    old, tokenizer, _ = load_classifier(old_model, dtype=torch.float32)
+    texts = [row["text"] for row in ledger_rows(12, seed=7)]
+    expected = predict_logits(old, tokenizer, texts, max_length=48)
+    warm = predict_logits(model, tokenizer, texts, max_length=48)
+    assert warm.shape == (12, len(NEW_LABELS))
+    np.testing.assert_allclose(warm[:, : len(LABELS)], expected, atol=1e-5)
+    rows = trained_head(model).weight.detach()
+    assert torch.equal(rows[: len(LABELS)], head["weight"])
+
+
+def test_warm_start_trains_on_new_rows_and_a_replay_and_records_what_it_learned(
+    tmp_path, old_model, grown_ledger, tiny_bert, tiny_settings, train_command
+):
+    settings = tiny_settings(
+        tiny_bert,
+        head="linear",
+        init_from=str(old_model),
+        warm_start={"epochs": 1, "replay_ratio": 0.5},
+    )
+    command, env = train_command(grown_ledger, tmp_path, settings, None)
+    done = subprocess.run(
+        [*command, "--init-model", str(old_model)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    info = json.loads((tmp_path / "model" / "training_info.json").read_text())
+    # 24 rows of the new class and one relabelled row are new; half as many old ones replayed.
+    assert info["head_init"]["method"] == "warm_start"
+    assert info["head_init"]["new_rows"] == 25
+    assert info["head_init"]["replayed_rows"] == 12
+    assert info["head_init"]["new_classes"] == 1
+    assert metrics["train_rows"] == 37 and metrics["epochs"] == 1
+    learned = pl.read_parquet(tmp_path / "model" / TRAINED_ROWS)
+    old_learned = pl.read_parquet(old_model / TRAINED_ROWS)
+    assert len(old_learned) == 160 and len(learned) == 184
+    first = pl.read_parquet(grown_ledger["train"])["id"][0]
+    assert learned.filter(pl.col("id") == first)["label"].to_list() == ["travel"]
+    assert json.loads((tmp_path / "model" / "label_map.json").read_text())["labels"] == NEW_LABELS
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [({"head": "cosine"}, r"train.head"), ({"lora": {"enabled": True, "r": 2}}, r"train.lora.r")],
+)
+def test_a_model_trained_otherwise_is_refused(old_model, tiny_bert, tiny_settings, change, named):
+    settings = TrainSettings.of(tiny_settings(tiny_bert, head="linear") | change)
+    with pytest.raises(DataError, match=rf"{old_model}: trained with other .*{named}"):
+        read_init_model(old_model, settings)
+
+
+def test_a_folder_that_is_no_exported_model_is_refused(tmp_path, tiny_bert, tiny_settings):
+    settings = TrainSettings.of(tiny_settings(tiny_bert))
+    with pytest.raises(DataError, match=r"not a model this workflow exported"):
+        read_init_model(tmp_path, settings)
+
+
+def test_a_warm_start_with_nothing_new_to_learn_says_so(
+    tmp_path, old_model, ledger, tiny_bert, tiny_settings, train_command
+):
+    settings = tiny_settings(tiny_bert, head="linear", init_from=str(old_model))
+    command, env = train_command(ledger, tmp_path, settings, None)
+    done = subprocess.run(
+        [*command, "--init-model", str(old_model)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0
+    assert f"{ledger['train']}: {old_model} has learned every row with its label" in done.stderr
