@@ -18,6 +18,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/upload.smk"
 include: "workflow/rules/register.smk"
+include: "workflow/rules/backtest.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -1,7 +1,8 @@
 """Imports point one way between the package's stage folders: data and storage use only the
 shared helpers at the top, training uses data and storage, evaluation uses training, tracking
-uses everything. So editing evaluation code never changes what training runs (its code hash, and
-with it a checkpoint's fingerprint and the train rule's re-run trigger)."""
+uses everything, and so does the backtest, which replays the whole workflow. So editing
+evaluation code never changes what training runs (its code hash, and with it a checkpoint's
+fingerprint and the train rule's re-run trigger)."""
 
 import ast
 from pathlib import Path
@@ -19,6 +20,7 @@ ALLOWED = {
     "training": {HELPERS, "data", "storage"},
     "evaluation": {HELPERS, "data", "storage", "training"},
     "tracking": {HELPERS, "data", "storage", "training", "evaluation"},
+    "backtest": {HELPERS, "data", "storage", "training", "evaluation", "tracking"},
 }
 # The notebook loader (`account_tax.load`) reads every stage's results for a person.
 READERS_OF_EVERYTHING = {"notebook.py", "__init__.py"}

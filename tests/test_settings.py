@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
+from account_tax.backtest.replay import BacktestSettings
 from account_tax.data.clean import CleanSettings
 from account_tax.data.features import FeatureSettings
 from account_tax.data.serialize import SerializeSettings
@@ -52,6 +53,7 @@ VIEWS = {
     "retain": RetainSettings,
     "tracking": TrackingSettings,
     "sweep": SweepSettings,
+    "backtest": BacktestSettings,
 }
 # Required keys without a default, the least a section needs to be built.
 REQUIRED = {"serialize": {"fields": [{"column": "memo"}]}}

@@ -1,0 +1,36 @@
+"""The report's picture of a backtest: per period, the share of records posted automatically and
+the records left to people, one line per variant."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import matplotlib
+import polars as pl
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
+
+from account_tax.backtest.replay import PERIOD
+
+
+def plot_backtest(tables: Mapping[str, pl.DataFrame], target_precision: float, path: Path) -> None:
+    fig, (share, review) = plt.subplots(1, 2, figsize=(10, 3.6), sharex=True)
+    for name, table in tables.items():
+        periods = table[PERIOD].to_list()
+        share.plot(periods, table["auto_share"].to_list(), marker="o", label=name)
+        review.plot(periods, table["review_rows"].to_list(), marker="o", label=name)
+    share.set_ylabel("share posted automatically")
+    share.set_ylim(0, 1)
+    share.set_title(f"auto-post at precision >= {target_precision:g} on validation")
+    review.set_ylabel("records left to review")
+    review.set_title("work left to people")
+    for axis in (share, review):
+        axis.set_xlabel(PERIOD)
+        axis.tick_params(axis="x", rotation=45)
+        axis.grid(alpha=0.3)
+    share.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,280 @@
+"""The backtest: the workflow replayed period by period, as a finance team lives it. Before
+period k the ledger holds the history and what earlier periods posted; the whole workflow trains
+on it and predicts k's records; those above the auto-post threshold are posted with the suggested
+account (right or wrong), the others go to review, where a person books the true account. With
+corrections the review files flow back as `data.corrections`; with a warm start each period's
+training begins from the period before's model."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import yaml
+
+from account_tax.data.spec import DataSpec
+from account_tax.errors import DataError
+from account_tax.evaluation.predict import DECISION
+from account_tax.evaluation.tables import PREDICTED_LABEL
+from account_tax.settings import SOURCE_ROW, SectionView
+
+log = logging.getLogger(__name__)
+
+PERIOD = "period"
+NEW_RECORDS = "period"
+"""The name of each period's records in its run's `predict.inputs`."""
+TARGETS = ("results/evaluate/metrics.json", f"results/predict/{NEW_RECORDS}.parquet")
+TRAINED_MODEL = "results/train/segment-{segments}/model"
+COLUMNS = (
+    PERIOD,
+    "rows",
+    "auto_rows",
+    "auto_share",
+    "posted_precision",
+    "review_rows",
+    "new_accounts",
+    "shipped",
+    "corrections_applied",
+    "corrections_added",
+    "corrections_rejected",
+    "cpu_minutes",
+    "wall_minutes",
+)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One of `backtest.variants`: what flows into the next period."""
+
+    corrections: bool
+    warm_start: bool
+
+
+@dataclass(frozen=True)
+class BacktestSettings(SectionView):
+    SECTION = "backtest"
+    period: str
+    periods: int
+    date_column: str | None
+    variants: dict[str, dict[str, bool]]
+
+    def variant(self, name: str) -> Variant:
+        if name not in self.variants:
+            raise DataError(f"backtest.variants has no variant {name!r}: {sorted(self.variants)}")
+        return Variant(**self.variants[name])
+
+
+def period_labels(dates: pl.Expr, period: str) -> pl.Expr:
+    """`2024-03` for a month, `2024-Q1` for a quarter."""
+    if period == "month":
+        return dates.dt.strftime("%Y-%m")
+    return dates.dt.year().cast(pl.String) + "-Q" + dates.dt.quarter().cast(pl.String)
+
+
+def dated_records(
+    raw: Path, labelled: Path, spec: DataSpec, settings: BacktestSettings
+) -> pl.DataFrame:
+    """Every usable record as read (strings, the ledger's own columns) with its period, its true
+    account and its `source_row`, in ledger order. Rows without a date cannot be placed: an
+    error names how many."""
+    column = settings.date_column or (spec.date[0] if spec.date else None)
+    if column is None:
+        raise DataError("backtest: the data has no date column (data.columns.date)")
+    if spec.id is None:
+        raise DataError(
+            "backtest: the data has no id column (data.columns.id): posted and reviewed records"
+            " are followed by id"
+        )
+    truth = pl.read_parquet(labelled).select(
+        SOURCE_ROW, period_labels(pl.col(column), settings.period).alias(PERIOD), spec.label
+    )
+    undated = truth.filter(pl.col(PERIOD).is_null()).height
+    if undated:
+        raise DataError(
+            f"{labelled}: {undated} record(s) without a {column!r}; a backtest needs one"
+        )
+    as_read = pl.read_parquet(raw).select(SOURCE_ROW, *(c for c in spec.columns if c != spec.label))
+    return truth.join(as_read, on=SOURCE_ROW, how="inner", maintain_order="left").sort(SOURCE_ROW)
+
+
+def replayed_periods(records: pl.DataFrame, settings: BacktestSettings) -> list[str]:
+    """The last `periods` periods; at least one period before them is the history."""
+    periods = records[PERIOD].unique().sort().to_list()
+    if len(periods) <= settings.periods:
+        raise DataError(
+            f"backtest.periods is {settings.periods} but the data spans {len(periods)}"
+            f" {settings.period}(s) ({periods[0]} to {periods[-1]}): at least one must come before"
+        )
+    return periods[-settings.periods :]
+
+
+def write_records(frame: pl.DataFrame, spec: DataSpec, path: Path) -> None:
+    """Records as the ledger's CSV: its columns, as read, label included."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.select(spec.columns).write_csv(path, quote_style="non_numeric")
+
+
+def period_config(
+    config: dict[str, Any],
+    ledger: Path,
+    new_records: Path,
+    corrections: list[Path],
+    init_model: Path | None,
+) -> dict[str, Any]:
+    """The workflow's config for one period's run: its ledger and corrections, its records to
+    predict, training from `init_model` when given, and no upload or registry."""
+    period = copy.deepcopy(config)
+    period.pop("backtest", None)
+    data = period["data"]
+    nulls = sorted({*data["null_values"], ""})
+    data.update(path=str(ledger), format="csv", csv_separator=",", null_values=nulls)
+    data["corrections"] = [str(path) for path in corrections]
+    period["predict"] = {**period.get("predict", {}), "inputs": {NEW_RECORDS: str(new_records)}}
+    period["train"] = {**period["train"], "init_from": str(init_model) if init_model else "none"}
+    period["upload"] = {**period.get("upload", {}), "enabled": False}
+    period["register"] = {**period.get("register", {}), "enabled": False}
+    return period
+
+
+def run_workflow(snakefile: Path, workdir: Path, config: dict[str, Any], cores: int) -> float:
+    """The whole workflow on `config` in `workdir` up to evaluation and the period's predictions;
+    its wall seconds. Its log is workdir/snakemake.log."""
+    config_path = workdir / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        *TARGETS,
+        "--snakefile",
+        str(snakefile),
+        "--directory",
+        str(workdir),
+        "--cores",
+        str(cores),
+        "--configfile",
+        str(config_path),
+    ]
+    started = time.perf_counter()
+    with (workdir / "snakemake.log").open("w", encoding="utf-8") as out:
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+    if done.returncode != 0:
+        raise DataError(
+            f"the workflow of period {workdir.name} failed ({done.returncode}):"
+            f" see {workdir}/snakemake.log"
+        )
+    return time.perf_counter() - started
+
+
+def cpu_minutes(workdir: Path) -> float:
+    """CPU time of the period's jobs, from Snakemake's benchmark files (jobs and their children)."""
+    seconds = 0.0
+    for path in sorted((workdir / "benchmarks").rglob("*.tsv")):
+        with path.open(encoding="utf-8") as handle:
+            seconds += sum(float(row["cpu_time"]) for row in csv.DictReader(handle, delimiter="\t"))
+    return seconds / 60
+
+
+def trained_on(workdir: Path) -> set[str]:
+    """The accounts with records in what the period's run trained on (ledger and corrections)."""
+    label_map = json.loads((workdir / "results/features/label_map.json").read_text("utf-8"))
+    return {label for label, count in label_map["counts"].items() if count > 0}
+
+
+def score_period(
+    period: str,
+    records: pl.DataFrame,
+    predictions: pl.DataFrame,
+    spec: DataSpec,
+    seen: set[str],
+    workdir: Path,
+    wall_seconds: float,
+) -> dict[str, Any]:
+    """The period's figures: every record predicted, posted or left to review (checked), the
+    share posted and how often a posted account was right, the accounts new this period."""
+    if predictions.height != records.height:
+        raise DataError(
+            f"{workdir}: {records.height} records in the period, {predictions.height} predicted"
+            " (see its results/predict/*.rejects.parquet)"
+        )
+    auto = predictions.filter(pl.col(DECISION) == "auto")
+    review = predictions.height - auto.height
+    right = auto.filter(pl.col(PREDICTED_LABEL) == pl.col(spec.label)).height
+    shipped = json.loads((workdir / "results/evaluate/metrics.json").read_text(encoding="utf-8"))
+    counts_path = workdir / "results/correct/counts.json"
+    counts = json.loads(counts_path.read_text(encoding="utf-8")) if counts_path.exists() else {}
+    return {
+        PERIOD: period,
+        "rows": predictions.height,
+        "auto_rows": auto.height,
+        "auto_share": auto.height / predictions.height,
+        "posted_precision": right / auto.height if auto.height else None,
+        "review_rows": review,
+        "new_accounts": len(set(records[spec.label].to_list()) - seen),
+        "shipped": shipped["comparison"]["shipped"]["candidate"],
+        "corrections_applied": counts.get("applied", 0),
+        "corrections_added": counts.get("added", 0),
+        "corrections_rejected": counts.get("rejected", 0),
+        "cpu_minutes": cpu_minutes(workdir),
+        "wall_minutes": wall_seconds / 60,
+    }
+
+
+def replay(
+    *,
+    config: dict[str, Any],
+    records: pl.DataFrame,
+    settings: BacktestSettings,
+    variant: Variant,
+    snakefile: Path,
+    folder: Path,
+    cores: int,
+) -> pl.DataFrame:
+    """Run the loop over the replayed periods in `folder` (one workflow folder per period) and
+    return one row of figures per period."""
+    spec = DataSpec.from_config(config)
+    periods = replayed_periods(records, settings)
+    ledger = records.filter(pl.col(PERIOD) < periods[0])
+    corrections: list[Path] = []
+    init_model = None
+    rows = []
+    for index, period in enumerate(periods, 1):
+        workdir = (folder / f"{index:02d}-{period}").resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        new = records.filter(pl.col(PERIOD) == period)
+        write_records(ledger, spec, workdir / "ledger.csv")
+        write_records(new, spec, workdir / "new.csv")
+        run_config = period_config(
+            config, workdir / "ledger.csv", workdir / "new.csv", corrections, init_model
+        )
+        log.info("backtest %s: %d ledger rows, %d to predict", period, ledger.height, new.height)
+        seconds = run_workflow(snakefile, workdir, run_config, cores)
+        predictions = pl.read_parquet(workdir / f"results/predict/{NEW_RECORDS}.parquet")
+        rows.append(
+            score_period(period, new, predictions, spec, trained_on(workdir), workdir, seconds)
+        )
+        # What the ledger holds after the period: the posted records, with the suggested
+        # account; the reviewed ones come back through their review file, if at all.
+        posted = predictions.filter(pl.col(DECISION) == "auto").select(
+            pl.col("id").alias("_id"), pl.col(PREDICTED_LABEL).alias("_posted")
+        )
+        booked = new.join(
+            posted, left_on=pl.col(spec.id).cast(pl.String), right_on="_id", how="inner"
+        ).with_columns(pl.col("_posted").alias(spec.label))
+        ledger = pl.concat([ledger, booked.select(ledger.columns)])
+        if variant.corrections:
+            corrections.append(workdir / f"results/predict/{NEW_RECORDS}.review.parquet")
+        if variant.warm_start:
+            segments = run_config["train"].get("segments", 1)
+            init_model = workdir / TRAINED_MODEL.format(segments=segments)
+    return pl.DataFrame(rows, schema_overrides={"posted_precision": pl.Float64}).select(COLUMNS)

@@ -1,0 +1,174 @@
+"""The backtest: the real workflow replayed over three monthly periods with a tiny BERT, reviewed
+records flowing back as corrections and each period's training warm-started from the period
+before's model."""
+
+import itertools
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from sample_ledger import ledger_config, ledger_row
+from tiny_models import build_tiny_bert
+from workflow_runner import jobs_run, snakemake
+
+from account_tax.backtest.replay import BacktestSettings, period_labels, replayed_periods
+from account_tax.errors import DataError
+
+pytestmark = pytest.mark.workflow
+
+CORPUS = [
+    "memo office supplies rent sales revenue bank fees no #",
+    "vendor acme gmbh globex bankhaus amount +1e1 +1e2 month 1 2 3 4",
+    *"0123456789|:#+",
+] * 3
+ACCOUNTS = {
+    "4930": ("office supplies", "Acme GmbH"),
+    "4210": ("rent", "Globex"),
+    "1800": ("bank fees", "Bankhaus"),
+    "4400": ("sales revenue", "Acme GmbH"),  # first booked in March
+}
+
+
+AMBIGUOUS = ("bank fees rent", "Globex")
+"""Every fourth record of rent and of bank fees reads the same: no model can be sure of them."""
+
+
+def dated_ledger(path: Path) -> int:
+    """January (the history) with 20 rows of each of three accounts, then February to April
+    with 8 of each, sales revenue from March on."""
+    rows, n = [], 0
+    for month, per_account in ((1, 20), (2, 8), (3, 8), (4, 8)):
+        for account, (memo, vendor) in ACCOUNTS.items():
+            if account == "4400" and month < 3:
+                continue
+            for i in range(per_account):
+                n += 1
+                if account in ("4210", "1800") and i % 4 == 0:
+                    memo, vendor = AMBIGUOUS
+                else:
+                    memo, vendor = ACCOUNTS[account]
+                rows.append(
+                    ledger_row(
+                        n,
+                        date=f"2024-{month:02d}-{1 + i % 27:02d}",
+                        vendor=vendor,
+                        memo=f"{memo} no {n}",
+                        amount=f"{10 + n}.00",
+                        account=account,
+                    )
+                )
+    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(path)
+    return len(rows)
+
+
+def test_periods_are_months_or_quarters_and_the_history_must_come_first():
+    dates = pl.DataFrame({"d": pl.Series(["2024-01-31", "2024-04-01"]).str.to_date()})
+    assert dates.select(period_labels(pl.col("d"), "month")).to_series().to_list() == [
+        "2024-01",
+        "2024-04",
+    ]
+    assert dates.select(period_labels(pl.col("d"), "quarter")).to_series().to_list() == [
+        "2024-Q1",
+        "2024-Q2",
+    ]
+    records = pl.DataFrame({"period": ["2024-01", "2024-02", "2024-03", "2024-02"]})
+    assert replayed_periods(records, BacktestSettings.of(periods=2)) == ["2024-02", "2024-03"]
+    with pytest.raises(DataError, match=r"backtest.periods is 3 but the data spans 3 month"):
+        replayed_periods(records, BacktestSettings.of(periods=3))
+
+
+def period_runs(workdir: Path) -> list[Path]:
+    """The variant's workflow folders, one per period, in order."""
+    return sorted(p for p in (workdir / "results/backtest/loop/runs").iterdir() if p.is_dir())
+
+
+@pytest.fixture(scope="module")
+def backtested(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("backtest")
+    dated_ledger(workdir / "ledger.csv")
+    config = ledger_config(workdir / "ledger.csv", classes=list(ACCOUNTS))
+    config["train"] = {
+        "model": str(build_tiny_bert(workdir / "tiny-bert", CORPUS)),
+        "max_length": 48,
+        "epochs": 2,
+        "per_device_batch_size": 8,
+        "learning_rate": 0.01,
+        "lora": {"r": 4, "alpha": 8},
+        "warm_start": {"epochs": 1},
+    }
+    config["review"] = {"target_precision": 0.9, "min_rows": 2}
+    config["evaluate"] = {"bootstrap_resamples": 100}
+    config["upload"] = {"enabled": False}
+    config["backtest"] = {
+        "periods": 3,
+        "variants": {"loop": {"corrections": True, "warm_start": True}},
+    }
+    result = snakemake(workdir, "backtest", config=config)
+    return workdir, result
+
+
+def test_every_period_is_predicted_and_every_record_posted_or_reviewed(backtested):
+    workdir, result = backtested
+    assert jobs_run(result) == {
+        "backtest": 1,
+        "backtest_variant": 1,
+        "ingest": 1,
+        "clean": 1,
+    }
+    table = pl.read_csv(workdir / "results/backtest/periods.tsv", separator="\t")
+    assert table["variant"].to_list() == ["loop"] * 3
+    assert table["period"].to_list() == ["2024-02", "2024-03", "2024-04"]
+    assert table["rows"].to_list() == [24, 32, 32]
+    assert (table["auto_rows"] + table["review_rows"]).to_list() == table["rows"].to_list()
+    # Sales revenue is new in March: an account the ledger had not seen. In April it is new
+    # again unless a March record reached the ledger with it (posted or reviewed).
+    runs = period_runs(workdir)
+    april = pl.read_csv(runs[2] / "ledger.csv", schema_overrides={"account": pl.String})
+    reviewed = pl.read_parquet(runs[1] / "results/predict/period.review.parquet")
+    known = "4400" in {*april["account"], *reviewed["account"]}
+    assert table["new_accounts"].to_list() == [0, 1, 0 if known else 1]
+    # The ambiguous records cannot all clear the threshold: some are left to people.
+    assert table["review_rows"].sum() > 0
+    assert (workdir / "results/backtest/backtest.png").stat().st_size > 10_000
+
+
+def test_reviewed_records_come_back_as_corrections_with_the_account_a_person_chose(backtested):
+    workdir, _ = backtested
+    runs = period_runs(workdir)
+    table = pl.read_csv(workdir / "results/backtest/loop/periods.tsv", separator="\t")
+    truth = pl.read_csv(workdir / "ledger.csv", schema_overrides={"account": pl.String})
+    for index in (1, 2):
+        # Every row of the earlier periods' review files is used: they are records the ledger
+        # lacks, so each joins it, with the true account.
+        earlier = table["review_rows"][:index].sum()
+        counts = json.loads((runs[index] / "results/correct/counts.json").read_text())
+        assert counts["added"] == earlier and counts["rejected"] == 0 and counts["applied"] == 0
+        assert counts["rows_in"] == counts["applied"] + counts["added"] + counts["rejected"]
+        corrected = pl.read_parquet(runs[index] / "results/correct/records.parquet").filter(
+            pl.col("label_source") == "correction"
+        )
+        assert corrected.height == earlier
+        joined = corrected.join(truth, on="entry_id", suffix="_true")
+        assert joined.height == earlier
+        assert (joined["account"] == joined["account_true"].str.strip_chars()).all()
+        # Posted records are in the period's ledger with the account that was suggested.
+        posted = pl.read_parquet(runs[index - 1] / "results/predict/period.parquet").filter(
+            pl.col("decision") == "auto"
+        )
+        ledger = pl.read_csv(runs[index] / "ledger.csv", schema_overrides={"account": pl.String})
+        booked = posted.join(ledger, left_on="id", right_on="entry_id")
+        assert booked.height == posted.height
+        assert (booked["predicted_label"] == booked["account_right"]).all()
+
+
+def test_each_period_starts_from_the_period_befores_model(backtested):
+    workdir, _ = backtested
+    runs = period_runs(workdir)
+    first = json.loads((runs[0] / "results/train/segment-1/model/training_info.json").read_text())
+    assert first["head_init"]["method"] != "warm_start"
+    for earlier, later in itertools.pairwise(runs):
+        info = json.loads((later / "results/train/segment-1/model/training_info.json").read_text())
+        assert info["head_init"]["method"] == "warm_start"
+        assert info["head_init"]["from"] == str(earlier / "results/train/segment-1/model")
+        assert info["settings"]["epochs"] == 1
