@@ -130,6 +130,18 @@ def test_every_period_is_predicted_and_every_record_posted_or_reviewed(backteste
     assert table["new_accounts"].to_list() == [0, 1, 0 if known else 1]
     # The ambiguous records cannot all clear the threshold: some are left to people.
     assert table["review_rows"].sum() > 0
+    for model in ("model", "baseline"):
+        assert (table[f"{model}_macro_f1_low"] <= table[f"{model}_macro_f1"]).all()
+        assert (table[f"{model}_macro_f1"] <= table[f"{model}_macro_f1_high"]).all()
+    # Each candidate scored as if it had shipped: the one that did decides as predict did.
+    column = {"fine-tuned": "model", "baseline": "baseline", "ensemble": "ensemble"}
+    for row in table.iter_rows(named=True):
+        shipped = column[row["shipped"]]
+        assert row[f"{shipped}_auto_share"] == pytest.approx(row["auto_share"])
+        precision = row["posted_precision"]
+        assert row[f"{shipped}_posted_precision"] == (precision and pytest.approx(precision))
+    assert (table["train_cpu_minutes"] > 0).all()
+    assert (table["train_cpu_minutes"] < table["cpu_minutes"]).all()
     assert (workdir / "results/backtest/backtest.png").stat().st_size > 10_000
 
 

@@ -2,6 +2,7 @@
 predictions are real files; the decision moves the alias only as docs/serving.md says."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -9,13 +10,16 @@ import polars as pl
 import pytest
 from mlflow import MlflowClient
 
+from account_tax.errors import DataError
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.tracking.registry import (
     TEST_PREDICTIONS,
     RefusedRequest,
+    RegisterSettings,
     champion_decision,
     check_request,
     evaluated_rows_sha256,
+    fetch_champion_model,
 )
 
 LABELS = ["1000", "2000", "3000", "4000"]
@@ -146,3 +150,36 @@ def test_text_and_missing_values_pass():
     check_request(
         pd.DataFrame({"id": ["1", "2"], "memo": ["x", None], "account": [None, "4930"]}), COLUMNS
     )
+
+
+def run_file(registry) -> Path:
+    _, uri, folder = registry
+    path = folder / "run.json"
+    path.write_text(json.dumps({"run_id": "r", "tracking_uri": uri}))
+    return path
+
+
+def test_the_champions_model_is_fetched_where_a_warm_start_begins(registry, tmp_path):
+    client, _, folder = registry
+    source = folder / "version-0"
+    model = source / "artifacts" / "model"
+    model.mkdir(parents=True)
+    (model / "adapter_model.safetensors").write_bytes(b"weights")
+    (model / "label_map.json").write_text('{"labels": ["1000"]}')
+    mlmodel = {
+        "flavors": {"python_function": {"artifacts": {"model": {"path": "artifacts/model"}}}}
+    }
+    (source / "MLmodel").write_text(json.dumps(mlmodel))  # YAML reads JSON
+    version = client.create_model_version("m", source.as_uri())
+    client.set_registered_model_alias("m", "champion", version.version)
+    fetched = fetch_champion_model(
+        run_file(registry), RegisterSettings.of(name="m"), tmp_path / "init"
+    )
+    assert fetched["version"] == version.version
+    assert (tmp_path / "init" / "adapter_model.safetensors").read_bytes() == b"weights"
+    assert json.loads((tmp_path / "init" / "label_map.json").read_text()) == {"labels": ["1000"]}
+
+
+def test_without_a_champion_a_warm_start_from_it_says_so(registry, tmp_path):
+    with pytest.raises(DataError, match=r"no version of model 'm' holds alias 'champion'"):
+        fetch_champion_model(run_file(registry), RegisterSettings.of(name="m"), tmp_path / "x")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import dataclasses
 import json
 import logging
 import os
@@ -19,12 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import yaml
 
+from account_tax.data.serialize import TEXT
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
-from account_tax.evaluation.predict import DECISION
+from account_tax.evaluation.assessment import BASELINE, ENSEMBLE, MODEL
+from account_tax.evaluation.predict import DECISION, Candidate
+from account_tax.evaluation.review import AUTO, decisions
+from account_tax.evaluation.shipped import read_shipped
 from account_tax.evaluation.tables import PREDICTED_LABEL
 from account_tax.settings import SOURCE_ROW, SectionView
 
@@ -33,8 +39,12 @@ log = logging.getLogger(__name__)
 PERIOD = "period"
 NEW_RECORDS = "period"
 """The name of each period's records in its run's `predict.inputs`."""
-TARGETS = ("results/evaluate/metrics.json", f"results/predict/{NEW_RECORDS}.parquet")
+EVALUATION = "results/evaluate/metrics.json"
+TARGETS = (EVALUATION, f"results/predict/{NEW_RECORDS}.parquet")
 TRAINED_MODEL = "results/train/segment-{segments}/model"
+BASELINE_MODEL = "results/baseline/model.joblib"
+# The table's names of evaluate's candidates.
+CANDIDATES = {"model": MODEL, "baseline": BASELINE, "ensemble": ENSEMBLE}
 COLUMNS = (
     PERIOD,
     "rows",
@@ -47,6 +57,18 @@ COLUMNS = (
     "corrections_applied",
     "corrections_added",
     "corrections_rejected",
+    *(
+        f"{column}_{figure}"
+        for column in CANDIDATES
+        for figure in (
+            "auto_share",
+            "posted_precision",
+            "macro_f1",
+            "macro_f1_low",
+            "macro_f1_high",
+        )
+    ),
+    "train_cpu_minutes",
     "cpu_minutes",
     "wall_minutes",
 )
@@ -176,10 +198,17 @@ def run_workflow(snakefile: Path, workdir: Path, config: dict[str, Any], cores: 
     return time.perf_counter() - started
 
 
-def cpu_minutes(workdir: Path) -> float:
-    """CPU time of the period's jobs, from Snakemake's benchmark files (jobs and their children)."""
+def trained_model(workdir: Path) -> Path:
+    """The model a period's run trained: its last segment's."""
+    config = yaml.safe_load((workdir / "config.yaml").read_text("utf-8"))
+    return workdir / TRAINED_MODEL.format(segments=config["train"]["segments"])
+
+
+def cpu_minutes(folder: Path) -> float:
+    """CPU time of the jobs benchmarked under `folder` (Snakemake's benchmark files: each job and
+    its children)."""
     seconds = 0.0
-    for path in sorted((workdir / "benchmarks").rglob("*.tsv")):
+    for path in sorted(folder.rglob("*.tsv")):
         with path.open(encoding="utf-8") as handle:
             seconds += sum(float(row["cpu_time"]) for row in csv.DictReader(handle, delimiter="\t"))
     return seconds / 60
@@ -189,6 +218,38 @@ def trained_on(workdir: Path) -> set[str]:
     """The accounts with records in what the period's run trained on (ledger and corrections)."""
     label_map = json.loads((workdir / "results/features/label_map.json").read_text("utf-8"))
     return {label for label, count in label_map["counts"].items() if count > 0}
+
+
+def candidate_decisions(
+    workdir: Path, evaluation: dict[str, Any], predictions: pl.DataFrame, spec: DataSpec
+) -> dict[str, float | None]:
+    """Each candidate's decisions on the period's records as if it had shipped, at its own
+    auto-post threshold from validation: the share it would post and how often it would be
+    right. The baseline is refitted every period, as the model is trained."""
+    shipped = read_shipped(workdir / EVALUATION)
+    thresholds = {
+        MODEL: evaluation["review"]["test"]["threshold"],
+        BASELINE: evaluation["baseline"]["review"]["test"]["threshold"],
+        ENSEMBLE: evaluation["ensemble"]["review"]["test"]["threshold"],
+    }
+    texts = predictions[TEXT].to_list()
+    truth = predictions[spec.label].to_numpy()
+    figures: dict[str, float | None] = {}
+    for column, name in CANDIDATES.items():
+        candidate = Candidate(
+            trained_model(workdir),
+            workdir / BASELINE_MODEL,
+            dataclasses.replace(shipped, candidate=name, threshold=thresholds[name]),
+        )
+        probabilities = candidate.probabilities(texts)
+        predicted = np.asarray(candidate.labels)[probabilities.argmax(axis=1)]
+        confidence = probabilities.max(axis=1).astype(np.float32)
+        posted = decisions(confidence, thresholds[name]) == AUTO
+        figures[f"{column}_auto_share"] = float(posted.mean())
+        figures[f"{column}_posted_precision"] = (
+            float((predicted[posted] == truth[posted]).mean()) if posted.any() else None
+        )
+    return figures
 
 
 def score_period(
@@ -207,10 +268,11 @@ def score_period(
             f"{workdir}: {records.height} records in the period, {predictions.height} predicted"
             " (see its results/predict/*.rejects.parquet)"
         )
-    auto = predictions.filter(pl.col(DECISION) == "auto")
+    auto = predictions.filter(pl.col(DECISION) == AUTO)
     review = predictions.height - auto.height
     right = auto.filter(pl.col(PREDICTED_LABEL) == pl.col(spec.label)).height
-    shipped = json.loads((workdir / "results/evaluate/metrics.json").read_text(encoding="utf-8"))
+    evaluation = json.loads((workdir / EVALUATION).read_text("utf-8"))
+    intervals = evaluation["comparison"]["bootstrap"]["models"]
     counts_path = workdir / "results/correct/counts.json"
     counts = json.loads(counts_path.read_text(encoding="utf-8")) if counts_path.exists() else {}
     return {
@@ -221,11 +283,18 @@ def score_period(
         "posted_precision": right / auto.height if auto.height else None,
         "review_rows": review,
         "new_accounts": len(set(records[spec.label].to_list()) - seen),
-        "shipped": shipped["comparison"]["shipped"]["candidate"],
+        "shipped": evaluation["comparison"]["shipped"]["candidate"],
         "corrections_applied": counts.get("applied", 0),
         "corrections_added": counts.get("added", 0),
         "corrections_rejected": counts.get("rejected", 0),
-        "cpu_minutes": cpu_minutes(workdir),
+        **{
+            f"{column}_macro_f1{end}": intervals[name]["macro_f1"][key]
+            for column, name in CANDIDATES.items()
+            for end, key in (("", "value"), ("_low", "low"), ("_high", "high"))
+        },
+        **candidate_decisions(workdir, evaluation, predictions, spec),
+        "train_cpu_minutes": cpu_minutes(workdir / "benchmarks/train"),
+        "cpu_minutes": cpu_minutes(workdir / "benchmarks"),
         "wall_minutes": wall_seconds / 60,
     }
 
@@ -265,7 +334,7 @@ def replay(
         )
         # What the ledger holds after the period: the posted records, with the suggested
         # account; the reviewed ones come back through their review file, if at all.
-        posted = predictions.filter(pl.col(DECISION) == "auto").select(
+        posted = predictions.filter(pl.col(DECISION) == AUTO).select(
             pl.col("id").alias("_id"), pl.col(PREDICTED_LABEL).alias("_posted")
         )
         booked = new.join(
@@ -275,6 +344,7 @@ def replay(
         if variant.corrections:
             corrections.append(workdir / f"results/predict/{NEW_RECORDS}.review.parquet")
         if variant.warm_start:
-            segments = run_config["train"].get("segments", 1)
-            init_model = workdir / TRAINED_MODEL.format(segments=segments)
-    return pl.DataFrame(rows, schema_overrides={"posted_precision": pl.Float64}).select(COLUMNS)
+            init_model = trained_model(workdir)
+    # A share may be None in every period (nothing posted): still a float column.
+    floats = {column: pl.Float64 for column in COLUMNS if column.endswith("precision")}
+    return pl.DataFrame(rows, schema_overrides=floats).select(COLUMNS)
