@@ -77,7 +77,8 @@ def test_a_split_with_an_unknown_label_id_is_rejected(tiny_bert, tmp_path):
     pl.DataFrame(
         {"id": ["a", "b"], "text": ["rent", None], "label_id": [1, 5]}, schema
     ).write_parquet(path)
-    with pytest.raises(DataError, match=r"label_id outside 0\.\.4"):
+    expected = r"train.parquet: 1 row\(s\) with a label id .* outside .* 0\.\.4, e.g. 'b' \(5\)"
+    with pytest.raises(DataError, match=expected):
         TokenizedSplit.read(path, load_tokenizer(tiny_bert), 16, num_labels=5)
 
 
