@@ -130,6 +130,19 @@ def test_a_warm_model_starts_where_the_old_one_ended(old_model, tiny_bert, tiny_
     assert torch.equal(rows[: len(LABELS)], head["weight"])
 
 
+def train_warm(train_command, ledger, out: Path, settings: dict, init: Path):
+    """scripts/train.py from `init`, as the workflow runs it; the finished process."""
+    command, env = train_command(ledger, out, settings, None)
+    return subprocess.run(
+        [*command, "--init-model", str(init)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def test_warm_start_trains_on_new_rows_and_a_replay_and_records_what_it_learned(
     tmp_path, old_model, grown_ledger, tiny_bert, tiny_settings, train_command
 ):
@@ -139,15 +152,7 @@ def test_warm_start_trains_on_new_rows_and_a_replay_and_records_what_it_learned(
         init_from=str(old_model),
         warm_start={"epochs": 1, "replay_ratio": 0.5},
     )
-    command, env = train_command(grown_ledger, tmp_path, settings, None)
-    done = subprocess.run(
-        [*command, "--init-model", str(old_model)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = train_warm(train_command, grown_ledger, tmp_path, settings, old_model)
     assert done.returncode == 0, done.stderr[-4000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     info = json.loads((tmp_path / "model" / "training_info.json").read_text())
@@ -185,14 +190,6 @@ def test_a_warm_start_with_nothing_new_to_learn_says_so(
     tmp_path, old_model, ledger, tiny_bert, tiny_settings, train_command
 ):
     settings = tiny_settings(tiny_bert, head="linear", init_from=str(old_model))
-    command, env = train_command(ledger, tmp_path, settings, None)
-    done = subprocess.run(
-        [*command, "--init-model", str(old_model)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = train_warm(train_command, ledger, tmp_path, settings, old_model)
     assert done.returncode != 0
     assert f"{ledger['train']}: {old_model} has learned every row with its label" in done.stderr
