@@ -85,7 +85,6 @@ from account_tax.training.precision import resolve_precision
 from account_tax.training.settings import RUN_ONLY_KEYS, EarlyStoppingSettings, TrainSettings
 from account_tax.training.stop_signals import StopRequest, TrainingStopped, stop_after_step
 from account_tax.training.warm_start import (
-    InitModel,
     check_label_ids,
     copy_head_rows,
     head_state,
@@ -455,7 +454,6 @@ class TrainingRun:
     weights: torch.Tensor
     unseen: np.ndarray  # classes without training rows
     head_init: dict[str, Any]
-    init: InitModel | None
     learned: pl.DataFrame  # id and label of every row the exported model will have learned
     precision: str
     run_dir: Path
@@ -609,7 +607,6 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
         weights=weights,
         unseen=unseen,
         head_init=head_init,
-        init=init,
         learned=learned,
         precision=precision,
         run_dir=run_dir,
