@@ -12,6 +12,7 @@ import synthetic_ledger as synthetic
 import yaml
 from synthetic_ledger import COLUMNS, DIRTY_KINDS, class_codes, class_counts, generate_ledger
 
+from account_tax.backtest.replay import BacktestSettings
 from account_tax.data.clean import REASON, CleanSettings, clean
 from account_tax.data.ingest import ingest
 from account_tax.data.spec import DataSpec
@@ -247,3 +248,18 @@ def test_a_drifting_ledger_opens_accounts_renames_vendors_and_inflates(tmp_path)
         return by_year[2024] / by_year[2021]
 
     assert 1.08 < median_ratio(drifting) / median_ratio(plain) < 1.35
+
+
+def test_the_backtest_config_is_valid_over_the_synthetic_one():
+    """config/backtest.yaml, merged over the synthetic ledger's as its header says."""
+    schema = yaml.safe_load((SCHEMA_PATH).read_text())
+    config = yaml.safe_load(SYNTHETIC_CONFIG.read_text(encoding="utf-8"))
+    backtest = yaml.safe_load((REPO / "config" / "backtest.yaml").read_text(encoding="utf-8"))
+    merged = config | {name: config.get(name, {}) | section for name, section in backtest.items()}
+    jsonschema.Draft202012Validator(schema).validate(merged)
+    variants = BacktestSettings.of(merged["backtest"]).variants
+    assert variants == {
+        "loop": {"corrections": True, "warm_start": False},
+        "no_feedback": {"corrections": False, "warm_start": False},
+        "warm": {"corrections": True, "warm_start": True},
+    }
