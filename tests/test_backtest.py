@@ -8,11 +8,17 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from sample_ledger import ledger_config, ledger_row
+from sample_ledger import LEDGER_COLUMNS, ledger_config, ledger_row
 from tiny_models import build_tiny_bert
 from workflow_runner import jobs_run, snakemake
 
-from account_tax.backtest.replay import BacktestSettings, period_labels, replayed_periods
+from account_tax.backtest.replay import (
+    BacktestSettings,
+    dated_records,
+    period_labels,
+    replayed_periods,
+)
+from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
 
 pytestmark = pytest.mark.workflow
@@ -184,3 +190,36 @@ def test_each_period_starts_from_the_period_befores_model(backtested):
         assert info["head_init"]["method"] == "warm_start"
         assert info["head_init"]["from"] == str(earlier / "results/train/segment-1/model")
         assert info["settings"]["epochs"] == 1
+
+
+def records_files(tmp_path: Path, dates: list[str | None]) -> tuple[Path, Path]:
+    """Ingest's and clean's outputs for records with these dates."""
+    rows = [ledger_row(n, date=d or "") for n, d in enumerate(dates)]
+    raw = pl.DataFrame(rows).with_columns(source_row=pl.int_range(1, len(rows) + 1))
+    labelled = raw.with_columns(pl.col("date").str.to_date(strict=False))
+    raw.write_parquet(tmp_path / "raw.parquet")
+    labelled.write_parquet(tmp_path / "labelled.parquet")
+    return tmp_path / "raw.parquet", tmp_path / "labelled.parquet"
+
+
+def test_records_are_placed_in_periods_by_their_date(tmp_path):
+    raw, labelled = records_files(tmp_path, ["2024-01-05", "2024-03-01", "2024-01-31"])
+    spec = DataSpec.from_config(ledger_config(tmp_path / "x.csv"))
+    records = dated_records(raw, labelled, spec, BacktestSettings.of())
+    assert records["period"].to_list() == ["2024-01", "2024-03", "2024-01"]
+    assert records["entry_id"].to_list() == ["E00000", "E00001", "E00002"]
+
+
+def test_a_backtest_needs_a_date_on_every_record_and_an_id(tmp_path):
+    raw, labelled = records_files(tmp_path, ["2024-01-05", None, None])
+    spec = DataSpec.from_config(ledger_config(tmp_path / "x.csv"))
+    with pytest.raises(DataError, match=r"labelled.parquet: 2 record\(s\) without a 'date'"):
+        dated_records(raw, labelled, spec, BacktestSettings.of())
+    columns = {k: v for k, v in LEDGER_COLUMNS.items() if k != "id"}
+    without_id = DataSpec.from_config(ledger_config(tmp_path / "x.csv", columns=columns))
+    with pytest.raises(DataError, match=r"no id column \(data.columns.id\)"):
+        dated_records(raw, labelled, without_id, BacktestSettings.of())
+    columns = {k: v for k, v in LEDGER_COLUMNS.items() if k != "date"}
+    undated = DataSpec.from_config(ledger_config(tmp_path / "x.csv", columns=columns))
+    with pytest.raises(DataError, match=r"no date column \(data.columns.date\)"):
+        dated_records(raw, labelled, undated, BacktestSettings.of())
