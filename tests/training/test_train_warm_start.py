@@ -36,7 +36,7 @@ SCHEMA = {"id": pl.String, "text": pl.String, "label_id": pl.Int32}
 
 def init_of(trained: list[tuple[str, str]], labels=LABELS) -> InitModel:
     frame = pl.DataFrame(trained, schema={"id": pl.String, "label": pl.String}, orient="row")
-    return InitModel(Path("old-model"), list(labels), {}, frame)
+    return InitModel(Path("old-model"), list(labels), frame)
 
 
 def test_the_rows_to_learn_are_the_new_and_relabelled_ones_plus_a_seeded_replay():

@@ -12,7 +12,6 @@ import csv
 import dataclasses
 import json
 import logging
-import os
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from account_tax.errors import DataError
 from account_tax.evaluation.assessment import BASELINE, ENSEMBLE, MODEL
 from account_tax.evaluation.predict import DECISION, Candidate
 from account_tax.evaluation.review import AUTO, decisions
-from account_tax.evaluation.shipped import read_shipped
+from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import PREDICTED_LABEL
 from account_tax.settings import SOURCE_ROW, SectionView
 
@@ -189,7 +188,7 @@ def run_workflow(snakefile: Path, workdir: Path, config: dict[str, Any], cores: 
     ]
     started = time.perf_counter()
     with (workdir / "snakemake.log").open("w", encoding="utf-8") as out:
-        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:
         raise DataError(
             f"the workflow of period {workdir.name} failed ({done.returncode}):"
@@ -226,7 +225,7 @@ def candidate_decisions(
     """Each candidate's decisions on the period's records as if it had shipped, at its own
     auto-post threshold from validation: the share it would post and how often it would be
     right. The baseline is refitted every period, as the model is trained."""
-    shipped = read_shipped(workdir / EVALUATION)
+    shipped = ShippedCandidate.from_dict(evaluation["comparison"]["shipped"])
     thresholds = {
         MODEL: evaluation["review"]["test"]["threshold"],
         BASELINE: evaluation["baseline"]["review"]["test"]["threshold"],

@@ -9,7 +9,6 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -19,7 +18,7 @@ from safetensors.torch import load_file
 
 from account_tax.data.features import LABEL_MAP
 from account_tax.errors import DataError
-from account_tax.io import sha256_file, write_parquet
+from account_tax.io import write_parquet
 from account_tax.storage.manifest import MANIFEST
 from account_tax.training.classifier import HEAD_WEIGHTS, TextClassifier
 from account_tax.training.model import HEAD_MODULE, TRAINING_INFO
@@ -41,16 +40,11 @@ SAME_LORA = ("enabled", "r", "target_modules", "modules_to_save")
 class InitModel:
     folder: Path
     labels: list[str]
-    info: dict[str, Any]
     trained: pl.DataFrame  # id, label
 
     @property
     def has_adapter(self) -> bool:
         return (self.folder / ADAPTER_WEIGHTS).is_file()
-
-    @property
-    def manifest_sha256(self) -> str:
-        return sha256_file(self.folder / MANIFEST)
 
 
 def read_init_model(folder: Path, settings: TrainSettings) -> InitModel:
@@ -77,7 +71,7 @@ def read_init_model(folder: Path, settings: TrainSettings) -> InitModel:
         )
     labels = json.loads((folder / LABEL_MAP).read_text(encoding="utf-8"))["labels"]
     trained = pl.read_parquet(folder / TRAINED_ROWS)
-    return InitModel(folder, labels, info, trained)
+    return InitModel(folder, labels, trained)
 
 
 def check_label_ids(init: InitModel, labels: list[str], label_map: Path) -> None:
