@@ -10,6 +10,8 @@ to each size, each copy with its own id, written once as the input file.
 
 Sides, each run in its own subprocess, one after the other:
 
+* no_evidence: ours without the evidence (no nearest-record search, no n-grams, nothing novel),
+  to measure what showing the evidence costs;
 * ours: `account_tax.evaluation.predict.predict_records`, what the `predict` rule runs, on the raw
   records: ingest, clean, features and serialize, the model loaded once (bf16 where the CPU has it),
   texts tokenised once, batches of similar length in chunks of rows, calibrated top-k, the decision,
@@ -45,9 +47,11 @@ from typing import Any
 import polars as pl
 
 REPO = Path(__file__).resolve().parents[1]
-SIDES = ("ours", "pipeline")
+SIDES = ("ours", "no_evidence", "pipeline")
 TARGET = 2.0
 """ours / pipeline rows per second, from the issue."""
+EVIDENCE_TARGET = 0.8
+"""ours / no_evidence rows per second: what showing the evidence may cost."""
 
 
 def config(config_file: Path) -> dict[str, Any]:
@@ -68,15 +72,25 @@ def write_rows(records: Path, rows: int, out: Path) -> None:
     frame.write_parquet(out)
 
 
-def run_ours(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
+def run_ours(spec: dict[str, Any], scratch: Path, evidence: bool = True) -> dict[str, Any]:
+    import dataclasses
+
     from account_tax.data.spec import DataSpec
     from account_tax.evaluation.predict import Candidate, PredictPaths, Provenance, predict_records
     from account_tax.evaluation.shipped import read_shipped
     from account_tax.notebook import stage_folder
 
+    class WithoutEvidence(Candidate):
+        """predict with no search and no n-grams: every evidence column empty."""
+
+        def evidence(self, scored, predicted, k):
+            return super().evidence(dataclasses.replace(scored, features=None), predicted, 0)
+
     work = Path(spec["workdir"])
     settings = config(Path(spec["config"]))
     shipped = read_shipped(work / "results/evaluate/metrics.json")
+    if not evidence:
+        shipped = dataclasses.replace(shipped, novelty_threshold=None)
     model = stage_folder("train", work) / "model"
     baseline = work / "results/baseline/model.joblib"
     started = time.perf_counter()
@@ -88,10 +102,13 @@ def run_ours(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
         Path(spec["input"]),
         DataSpec.from_config(settings),
         settings,
-        Candidate(model, baseline, shipped, spec["batch_size"]),
+        (Candidate if evidence else WithoutEvidence)(
+            model, baseline, shipped, spec["batch_size"], work / "results/baseline/evidence"
+        ),
         paths,
         provenance,
         k=spec["top_k"],
+        evidence_k=settings["predict"]["evidence_k"],
     )
     seconds = time.perf_counter() - started
     return {"seconds": seconds, "rows": counts["predicted"], "counts": counts, "candidate": shipped}
@@ -161,7 +178,10 @@ def worker(side: str, spec: dict[str, Any], result: Path) -> None:
 
     torch.set_num_threads(spec["threads"])
     with tempfile.TemporaryDirectory(prefix=f"predict-{side}-") as tmp:
-        out = (run_ours if side == "ours" else run_pipeline)(spec, Path(tmp))
+        if side == "pipeline":
+            out = run_pipeline(spec, Path(tmp))
+        else:
+            out = run_ours(spec, Path(tmp), evidence=side == "ours")
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["torch_threads"] = torch.get_num_threads()
     result.write_text(json.dumps(out), encoding="utf-8")
@@ -272,9 +292,13 @@ def main() -> None:
                 "peak_rss_mb": max(r["peak_rss_mb"] for r in side_runs),
                 "runs": side_runs,
             }
-        if set(SIDES) <= entry.keys():
+        if {"ours", "pipeline"} <= entry.keys():
             entry["ours_over_pipeline"] = (
                 entry["ours"]["rows_per_s"] / entry["pipeline"]["rows_per_s"]
+            )
+        if {"ours", "no_evidence"} <= entry.keys():
+            entry["evidence_over_none"] = (
+                entry["ours"]["rows_per_s"] / entry["no_evidence"]["rows_per_s"]
             )
         results["sizes"][str(rows)] = entry
         json_path = args.json or work / "results.json"
@@ -288,6 +312,11 @@ def main() -> None:
         if "ours_over_pipeline" in entry:
             ratio = entry["ours_over_pipeline"]
             line += f", ours/pipeline {ratio:.2f}x " + ("met" if ratio >= TARGET else "MISSED")
+        if "evidence_over_none" in entry:
+            ratio = entry["evidence_over_none"]
+            line += f", with/without evidence {ratio:.2f}x " + (
+                "met" if ratio >= EVIDENCE_TARGET else "MISSED"
+            )
         print(line)
     print(f"results: {args.json or work / 'results.json'}")
 

@@ -119,7 +119,8 @@ def batch_reference(workdir: Path, rows: pl.DataFrame) -> dict[str, Any]:
     shipped = read_shipped(workdir / "results" / "evaluate" / "metrics.json")
     model = stage_folder("train", workdir) / "model"
     baseline = workdir / "results" / "baseline" / "model.joblib"
-    candidate = Candidate(model, baseline, shipped)
+    evidence = workdir / "results" / "baseline" / "evidence"
+    candidate = Candidate(model, baseline, shipped, baseline_evidence=evidence)
     provenance = Provenance.of(shipped.candidate, model, baseline, None)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as scratch:
         source = Path(scratch) / "records.csv"
@@ -134,6 +135,7 @@ def batch_reference(workdir: Path, rows: pl.DataFrame) -> dict[str, Any]:
             paths,
             provenance,
             k=settings["predict"]["top_k"],
+            evidence_k=settings["predict"]["evidence_k"],
         )
         seconds = time.perf_counter() - started
     return {"rows": counts["predicted"], "seconds": seconds, "rows_per_s": rows.height / seconds}

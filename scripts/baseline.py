@@ -1,6 +1,7 @@
 """Baseline: TF-IDF word and character n-grams with a linear classifier (settings from the
 config's `baseline` section), trained on train and scored on validation and test like the
-fine-tuned model. Writes the fitted pipeline (joblib), metrics JSON and test predictions."""
+fine-tuned model. Writes the fitted pipeline (joblib), metrics JSON, test predictions and the
+evidence index (the train and validation records' TF-IDF rows)."""
 
 from pathlib import Path
 
@@ -21,6 +22,9 @@ def main() -> None:
         "--predictions", type=Path, required=True, help="test-set predictions Parquet to write"
     )
     parser.add_argument(
+        "--evidence", type=Path, required=True, help="evidence index folder to write"
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=1,
@@ -35,6 +39,7 @@ def main() -> None:
         model=args.model_output,
         metrics=args.metrics,
         predictions=args.predictions,
+        evidence=args.evidence,
     )
     settings = BaselineSettings.of(args.settings["baseline"])
     report = train_baseline(paths, settings, args.threads)

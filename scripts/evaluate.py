@@ -19,6 +19,7 @@ HELP = {
     "history": "training history",
     "baseline_model": "baseline pipeline",
     "baseline_metrics": "baseline metrics",
+    "baseline_evidence": "baseline evidence index folder",
     "metrics": "metrics JSON to write",
     "predictions": "test predictions Parquet to write",
     "summary": "verdict and table (HTML)",
@@ -43,10 +44,12 @@ def main() -> None:
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    predict = PredictSettings.of(args.settings["predict"])
     evaluate(
         EvaluatePaths(**{field.name: getattr(args, field.name) for field in fields(EvaluatePaths)}),
         args.settings,
-        top_k=PredictSettings.of(args.settings["predict"]).top_k,
+        top_k=predict.top_k,
+        evidence_k=predict.evidence_k,
         batch_size=args.batch_size,
         tracking=args.tracking,
     )

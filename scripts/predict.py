@@ -1,10 +1,12 @@
 """Predict: the top-k account classes, with calibrated probabilities, for new records (the same
 column roles as training, labels optional), through the same clean, features and serialize code
 and the candidate evaluate chose (the fine-tuned model, the baseline or their calibrated mix,
-whichever is best on validation). Each row gets a decision, `auto` (post it) at or above that
-candidate's auto-post threshold, else `review`, and its provenance (candidate, model hashes,
-training run, S3 location of the model). The rows to review go to their own file, least
-confident first. Unusable rows go to the rejects file with the reason; the counts add up."""
+whichever is best on validation), with the evidence for each suggestion: its nearest training
+records, and whether it is novel (unlike any of them). Each row gets a decision, `auto` (post it)
+at or above that candidate's auto-post threshold unless novel, else `review`, and its provenance
+(candidate, model hashes, training run, S3 location of the model). The rows to review go to their
+own file, least confident first. Unusable rows go to the rejects file with the reason; the counts
+add up."""
 
 from pathlib import Path
 
@@ -29,6 +31,9 @@ def main() -> None:
     parser.add_argument("--model", type=Path, required=True, help="trained model folder")
     parser.add_argument("--baseline-model", type=Path, required=True, help="baseline pipeline")
     parser.add_argument(
+        "--baseline-evidence", type=Path, required=True, help="baseline evidence index folder"
+    )
+    parser.add_argument(
         "--evaluation",
         type=Path,
         required=True,
@@ -47,14 +52,18 @@ def main() -> None:
     shipped, provenance = load_shipped(
         args.evaluation, args.model, args.baseline_model, args.model_receipt
     )
+    options = PredictSettings.of(args.settings["predict"])
     counts = predict_records(
         args.input,
         DataSpec.from_config(args.settings),
         args.settings,
-        Candidate(args.model, args.baseline_model, shipped, args.batch_size),
+        Candidate(
+            args.model, args.baseline_model, shipped, args.batch_size, args.baseline_evidence
+        ),
         PredictPaths(args.output, args.rejects, args.review),
         provenance,
-        k=PredictSettings.of(args.settings["predict"]).top_k,
+        k=options.top_k,
+        evidence_k=options.evidence_k,
     )
     stage = f"predict/{args.output.stem}"
     log_stage(

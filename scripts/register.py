@@ -19,6 +19,9 @@ def main() -> None:
     parser = cli.parser(__doc__)
     parser.add_argument("--model", type=Path, required=True, help="trained model folder")
     parser.add_argument("--baseline-model", type=Path, required=True, help="baseline pipeline")
+    parser.add_argument(
+        "--baseline-evidence", type=Path, required=True, help="baseline evidence index folder"
+    )
     parser.add_argument("--evaluation", type=Path, required=True, help="evaluate's metrics")
     parser.add_argument(
         "--test-predictions", type=Path, required=True, help="evaluate's test predictions"
@@ -36,6 +39,7 @@ def main() -> None:
     paths = RegisterPaths(
         args.model,
         args.baseline_model,
+        args.baseline_evidence,
         args.evaluation,
         args.test_predictions,
         args.test_records,

@@ -17,12 +17,14 @@ from account_tax.evaluation.baseline import (
     predict_probabilities,
     train_baseline,
 )
+from account_tax.evaluation.evidence import baseline_features, weighing_ngrams
 from account_tax.evaluation.metrics import top_k
 from account_tax.evaluation.tables import (
     PREDICTED_LABEL_ID,
     TOP_K_LABEL_IDS,
     TOP_K_PROBABILITIES,
 )
+from account_tax.training.evidence import EvidenceIndex
 from account_tax.training.temperature import softmax
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,6 +105,7 @@ def output_paths(data, out) -> BaselinePaths:
         model=out / "model.joblib",
         metrics=out / "metrics.json",
         predictions=out / "predictions.parquet",
+        evidence=out / "evidence",
     )
 
 
@@ -268,6 +271,7 @@ def test_script_trains_from_the_command_line(trained, tmp_path, monkeypatch):
         "--model-output", str(tmp_path / "model.joblib"),
         "--metrics", str(tmp_path / "metrics.json"),
         "--predictions", str(tmp_path / "predictions.parquet"),
+        "--evidence", str(tmp_path / "evidence"),
         "--settings", json.dumps({"baseline": {"top_k": 4, "max_iter": 20}}),
     )  # fmt: skip
 
@@ -277,6 +281,51 @@ def test_script_trains_from_the_command_line(trained, tmp_path, monkeypatch):
     predictions = pl.read_parquet(tmp_path / "predictions.parquet")
     assert predictions[TOP_K_LABEL_IDS].list.len().eq(4).all()
     assert (tmp_path / "model.joblib").is_file()
+    assert EvidenceIndex.read(tmp_path / "evidence").records.height == 250
+
+
+def test_evidence_index_finds_each_training_record_itself(trained):
+    """The index holds the train and validation records in TF-IDF space; a train record's nearest
+    indexed record is itself, at similarity 1."""
+    paths, _ = trained
+    index = EvidenceIndex.read(paths.evidence)
+    train = pl.read_parquet(paths.train)
+    assert index.records.height == train.height + pl.read_parquet(paths.validation).height
+    assert index.records["split"].value_counts().sort("split").rows() == [
+        ("train", 200),
+        ("validation", 50),
+    ]
+    pipeline = joblib.load(paths.model)
+    unique = train.filter(pl.col("text").is_unique()).head(20)
+    found = index.nearest(baseline_features(pipeline, unique["text"].to_list()), 3)
+    assert index.records[found.rows[:, 0]]["id"].to_list() == unique["id"].to_list()
+    assert np.allclose(found.similarities[:, 0], 1.0, atol=1e-4)
+    assert (np.diff(found.similarities, axis=1) <= 0).all()
+    assert index.records[found.rows[:, 0]]["account"].to_list() == [
+        LABELS[i] for i in unique["label_id"]
+    ]
+
+
+def test_weighing_ngrams_name_the_words_behind_the_suggestion(trained):
+    """The n-grams shown for a suggestion are the record's own, and those the suggested class
+    weighs most: a toner invoice suggested as office supplies shows "toner"."""
+    paths, _ = trained
+    pipeline = joblib.load(paths.model)
+    texts = ["memo: toner invoice | vendor: staples", "memo: hotel ref | vendor: hilton"]
+    office, travel, legal = (
+        LABELS.index(name) for name in ("office supplies", "travel", "legal fees")
+    )
+    features = baseline_features(pipeline, texts)
+    ngrams = weighing_ngrams(pipeline, features, np.array([office, travel]))
+    assert any("toner" in ngram for ngram in ngrams[0])
+    assert any("staples" in ngram for ngram in ngrams[0])
+    assert any("hotel" in ngram or "hilton" in ngram for ngram in ngrams[1])
+    for row, text in zip(ngrams, texts, strict=True):
+        assert 1 <= len(row) <= 3
+        assert all(word in text for ngram in row for word in ngram.split())
+        assert not any(a in b for a in row for b in row if a is not b)
+    # A class the baseline never saw has nothing that speaks for it.
+    assert weighing_ngrams(pipeline, features, np.array([legal, legal])) == [[], []]
 
 
 def test_script_ends_bad_input_with_exit_status_2(trained, tmp_path, monkeypatch):

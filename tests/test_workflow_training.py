@@ -39,6 +39,8 @@ from account_tax.io import sha256_file
 from account_tax.ports import free_ports
 from account_tax.settings import complete
 from account_tax.storage.manifest import content_sha256
+from account_tax.training.evidence import EvidenceIndex
+from account_tax.training.inference import load_classifier, score_texts
 
 pytestmark = pytest.mark.workflow
 pytest_plugins = ["s3_fixtures"]
@@ -261,8 +263,15 @@ def test_predictions_for_new_records_with_rejects(trained):
         assert row["confidence"] == probabilities[0]
         assert row["auto_threshold"] == threshold
         assert row["candidate"] == shipped["candidate"]
-        posted = threshold is not None and row["confidence"] >= threshold
+        posted = threshold is not None and row["confidence"] >= threshold and not row["novel"]
         assert row["decision"] == ("auto" if posted else "review")
+        # The evidence: the nearest training records in the shipped candidate's index.
+        assert len(row["evidence_ids"]) == len(row["evidence_accounts"]) == 3
+        assert set(row["evidence_accounts"]) <= labels
+        assert row["evidence_similarities"] == sorted(row["evidence_similarities"], reverse=True)
+        agree = [account == row["predicted_label"] for account in row["evidence_accounts"]]
+        assert row["evidence_agreement"] == pytest.approx(sum(agree) / 3)
+        assert row["novel"] == (row["nearest_similarity"] < shipped["novelty_threshold"])
     # The rows to review, least confident first, with their alternatives.
     expected = predictions.filter(pl.col("decision") == "review").sort("confidence")
     assert review.equals(expected)
@@ -284,20 +293,112 @@ def test_prediction_in_chunks_of_rows_matches_the_rule(trained, monkeypatch, tmp
         Path(config["predict"]["inputs"]["new"]),
         DataSpec.from_config(settings),
         settings,
-        Candidate(model, baseline, shipped),
+        Candidate(
+            model, baseline, shipped, baseline_evidence=workdir / "results/baseline/evidence"
+        ),
         paths,
         provenance,
         k=settings["predict"]["top_k"],
+        evidence_k=settings["predict"]["evidence_k"],
     )
     assert counts["predicted"] == rule_output.height == 3
     chunked = pl.read_parquet(paths.predictions)
     # A batch of one row has no padding: bf16 sums may round differently in the last digits.
-    varies = ("confidence", "top_k_probabilities", "decision")
+    varies = (
+        "confidence",
+        "top_k_probabilities",
+        "decision",
+        "evidence_similarities",
+        "nearest_similarity",
+        "novel",
+    )
     assert chunked.drop(varies).equals(rule_output.drop(varies))
     assert np.allclose(chunked["confidence"], rule_output["confidence"], atol=2e-3)
+    assert np.allclose(
+        np.stack(chunked["evidence_similarities"].to_list()),
+        np.stack(rule_output["evidence_similarities"].to_list()),
+        atol=2e-3,
+    )
     threshold = shipped.threshold
-    posted = [threshold is not None and c >= threshold for c in chunked["confidence"]]
+    posted = [
+        threshold is not None and c >= threshold and not novel
+        for c, novel in zip(chunked["confidence"], chunked["novel"], strict=True)
+    ]
     assert (chunked["decision"] == "auto").to_list() == posted
+
+
+def test_the_model_carries_an_index_in_which_a_training_record_finds_itself(trained):
+    """Training exports the model with its evidence index: the train and validation records,
+    their vectors sealed by the model's manifest; a training record's nearest indexed record is
+    itself (or a record with the same text), at similarity 1."""
+    workdir, *_ = trained
+    model = workdir / "results/train/segment-2/model"
+    index = EvidenceIndex.read(model / "evidence")
+    train, validation = (
+        pl.read_parquet(workdir / f"results/serialize/{name}.parquet")
+        for name in ("train", "validation")
+    )
+    assert index.records["id"].to_list() == [*train["id"], *validation["id"]]
+    manifest = json.loads((model / "manifest.json").read_text())
+    for name in ("evidence/records.parquet", "evidence/vectors.npy"):
+        assert manifest["files"][name] == sha256_file(model / name)
+    classifier = load_classifier(model)
+    texts = train["text"].to_list()
+    _, embeddings = score_texts(classifier.model, classifier.tokenizer, texts, max_length=48)
+    found = index.nearest(embeddings, 1)
+    assert np.allclose(found.similarities[:, 0], 1.0, atol=1e-2)
+    nearest_text = index.records[found.rows[:, 0]]["text"].to_list()
+    assert nearest_text == texts
+
+
+def test_records_unlike_any_training_record_are_novel_and_go_to_review(trained, tmp_path):
+    """Gibberish, and the records of a vendor never seen with words never seen, are marked novel
+    and sent to review whatever their confidence; a copy of a training record finds the
+    original at similarity 1. The novelty threshold is the one evaluate fitted on validation."""
+    workdir, config, *_ = trained
+    source = tmp_path / "unseen.csv"
+    rows = [
+        ledger_row(900, memo="qwzx vbnm plkj", vendor="Xqzt Vprw"),
+        ledger_row(901, memo="zzzz yyyy xxxx wwww", vendor="Qqq"),
+        ledger_row(902, memo="zeppelin charter flight", vendor="Nordwind Luftschiff KG"),
+        ledger_row(903, memo="zeppelin hangar fee", vendor="Nordwind Luftschiff KG"),
+        ledger_row(3, memo="office supplies no 3", amount="13.00", account="4930"),
+    ]
+    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(source)
+    shipped = read_shipped(workdir / "results/evaluate/metrics.json")
+    settings = complete(config)
+    paths = PredictPaths(*(tmp_path / f"{name}.parquet" for name in ("out", "rejects", "review")))
+    model = workdir / "results/train/segment-2/model"
+    predict_records(
+        source,
+        DataSpec.from_config(settings),
+        settings,
+        Candidate(
+            model,
+            workdir / "results/baseline/model.joblib",
+            shipped,
+            baseline_evidence=workdir / "results/baseline/evidence",
+        ),
+        paths,
+        Provenance(shipped.candidate, "sha", None, None, None),
+        k=3,
+        evidence_k=3,
+    )
+    predictions = pl.read_parquet(paths.predictions)
+    assert shipped.novelty_threshold is not None
+    unseen = predictions.filter(pl.col("id") != "E00003")
+    assert unseen["novel"].all(), unseen.select("id", "nearest_similarity")
+    assert (unseen["nearest_similarity"] < shipped.novelty_threshold).all()
+    assert (unseen["decision"] == "review").all()
+    review = pl.read_parquet(paths.review)
+    assert set(unseen["id"]) <= set(review["id"])
+    copy = predictions.row(by_predicate=pl.col("id") == "E00003", named=True)
+    assert copy["nearest_similarity"] == pytest.approx(1.0, abs=1e-2)
+    assert copy["evidence_ids"][0] in set(
+        pl.read_parquet(workdir / "results/serialize/train.parquet").filter(
+            pl.col("text").str.starts_with("memo: office supplies no #")
+        )["id"]
+    )
 
 
 def test_every_prediction_leads_back_to_its_training_run(trained):
@@ -475,6 +576,8 @@ def run_evaluate(workdir, train_records, out, split_settings):
         str(workdir / "results/baseline/model.joblib"),
         "--baseline-metrics",
         str(workdir / "results/baseline/metrics.json"),
+        "--baseline-evidence",
+        str(workdir / "results/baseline/evidence"),
     ]
     for name, path in outputs.items():
         command += [f"--{name}", str(path)]
@@ -544,6 +647,16 @@ def raw_records_as_text(path: Path) -> pd.DataFrame:
     return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
+FLOAT_COLUMNS = (
+    "top_k_probabilities",
+    "confidence",
+    "auto_threshold",
+    "evidence_similarities",
+    "evidence_agreement",
+    "nearest_similarity",
+)
+
+
 def assert_served_equals_predict(served: pd.DataFrame, workdir: Path, name: str) -> None:
     """The served rows are the predict rule's rows (labels exact, probabilities within 1e-5)
     and its rejected rows with their reasons, in input order."""
@@ -557,10 +670,10 @@ def assert_served_equals_predict(served: pd.DataFrame, workdir: Path, name: str)
         for column, value in row.items():
             if column == "source_row":
                 continue
-            if column in ("top_k_probabilities", "confidence", "auto_threshold"):
+            if column in FLOAT_COLUMNS:
                 assert np.allclose(got[column], value, atol=1e-5, rtol=0), column
-            elif column == "top_k_labels":
-                assert list(got[column]) == value
+            elif isinstance(value, list):
+                assert list(got[column]) == value, column
             elif value is None:
                 assert pd.isna(got[column]), column
             else:

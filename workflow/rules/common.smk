@@ -299,6 +299,7 @@ def predict_inputs(wildcards):
         "input": config["predict"]["inputs"][wildcards.name],
         "model": f"{TRAINED}/model",
         "baseline_model": "results/baseline/model.joblib",
+        "baseline_evidence": "results/baseline/evidence",
         "evaluation": "results/evaluate/metrics.json",
     }
     if config["upload"]["enabled"]:
@@ -312,6 +313,7 @@ def register_inputs(wildcards):
     inputs = {
         "model": f"{TRAINED}/model",
         "baseline_model": "results/baseline/model.joblib",
+        "baseline_evidence": "results/baseline/evidence",
         "evaluation": "results/evaluate/metrics.json",
         "test_predictions": "results/evaluate/test_predictions.parquet",
         "test_records": "results/split/test.parquet",

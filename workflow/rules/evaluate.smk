@@ -8,6 +8,7 @@ rule baseline:
         model_output="results/baseline/model.joblib",
         metrics="results/baseline/metrics.json",
         predictions="results/baseline/test_predictions.parquet",
+        evidence=directory("results/baseline/evidence"),
     log:
         "logs/baseline/baseline.log",
     benchmark:
@@ -38,6 +39,7 @@ rule evaluate:
         test_records="results/split/test.parquet",
         baseline_model="results/baseline/model.joblib",
         baseline_metrics="results/baseline/metrics.json",
+        baseline_evidence="results/baseline/evidence",
     output:
         metrics="results/evaluate/metrics.json",
         predictions="results/evaluate/test_predictions.parquet",
@@ -89,7 +91,9 @@ rule evaluate:
         script=script("evaluate"),
         code=code_sha256("evaluate"),
         tracking=RUN_FILE,
-        settings=settings("review", "evaluate", "split", "predict.top_k"),
+        settings=settings(
+            "review", "evaluate", "split", "predict.top_k", "predict.evidence_k"
+        ),
         paths=path_options(),
     shell:
         "OMP_NUM_THREADS={threads} python {params.script} --settings {params.settings:q}"
@@ -116,7 +120,14 @@ rule predict:
         script=script("predict"),
         code=code_sha256("predict"),
         tracking=RUN_FILE,
-        settings=settings("data", "clean", "features", "serialize", "predict.top_k"),
+        settings=settings(
+            "data",
+            "clean",
+            "features",
+            "serialize",
+            "predict.top_k",
+            "predict.evidence_k",
+        ),
         paths=path_options(),
     shell:
         "OMP_NUM_THREADS={threads} python {params.script} --settings {params.settings:q}"

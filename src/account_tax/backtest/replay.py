@@ -27,8 +27,9 @@ from account_tax.data.serialize import TEXT
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
 from account_tax.evaluation.assessment import BASELINE, ENSEMBLE, MODEL
-from account_tax.evaluation.predict import DECISION, Candidate
-from account_tax.evaluation.review import AUTO, decisions
+from account_tax.evaluation.evidence import NOVEL
+from account_tax.evaluation.predict import Candidate
+from account_tax.evaluation.review import AUTO, DECISION, decisions
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import PREDICTED_LABEL
 from account_tax.settings import SOURCE_ROW, SectionView
@@ -42,6 +43,7 @@ EVALUATION = "results/evaluate/metrics.json"
 TARGETS = (EVALUATION, f"results/predict/{NEW_RECORDS}.parquet")
 TRAINED_MODEL = "results/train/segment-{segments}/model"
 BASELINE_MODEL = "results/baseline/model.joblib"
+BASELINE_EVIDENCE = "results/baseline/evidence"
 # The table's names of evaluate's candidates.
 CANDIDATES = {"model": MODEL, "baseline": BASELINE, "ensemble": ENSEMBLE}
 COLUMNS = (
@@ -223,27 +225,33 @@ def candidate_decisions(
     workdir: Path, evaluation: dict[str, Any], predictions: pl.DataFrame, spec: DataSpec
 ) -> dict[str, float | None]:
     """Each candidate's decisions on the period's records as if it had shipped, at its own
-    auto-post threshold from validation: the share it would post and how often it would be
-    right. The baseline is refitted every period, as the model is trained."""
+    auto-post and novelty thresholds from validation: the share it would post and how often it
+    would be right. The baseline is refitted every period, as the model is trained."""
     shipped = ShippedCandidate.from_dict(evaluation["comparison"]["shipped"])
-    thresholds = {
-        MODEL: evaluation["review"]["test"]["threshold"],
-        BASELINE: evaluation["baseline"]["review"]["test"]["threshold"],
-        ENSEMBLE: evaluation["ensemble"]["review"]["test"]["threshold"],
-    }
+    reports = {MODEL: evaluation, BASELINE: evaluation[BASELINE], ENSEMBLE: evaluation[ENSEMBLE]}
     texts = predictions[TEXT].to_list()
     truth = predictions[spec.label].to_numpy()
     figures: dict[str, float | None] = {}
     for column, name in CANDIDATES.items():
+        threshold = reports[name]["review"]["threshold"]
+        as_shipped = dataclasses.replace(
+            shipped,
+            candidate=name,
+            threshold=threshold,
+            novelty_threshold=reports[name]["novelty"]["threshold"],
+        )
         candidate = Candidate(
             trained_model(workdir),
             workdir / BASELINE_MODEL,
-            dataclasses.replace(shipped, candidate=name, threshold=thresholds[name]),
+            as_shipped,
+            baseline_evidence=workdir / BASELINE_EVIDENCE,
         )
-        probabilities = candidate.probabilities(texts)
-        predicted = np.asarray(candidate.labels)[probabilities.argmax(axis=1)]
-        confidence = probabilities.max(axis=1).astype(np.float32)
-        posted = decisions(confidence, thresholds[name]) == AUTO
+        scored = candidate.score(texts)
+        ids = scored.probabilities.argmax(axis=1)
+        predicted = np.asarray(candidate.labels)[ids]
+        confidence = scored.probabilities.max(axis=1).astype(np.float32)
+        novel = next(c for c in candidate.evidence(scored, ids, 1) if c.name == NOVEL)
+        posted = decisions(confidence, threshold, novel.to_numpy()) == AUTO
         figures[f"{column}_auto_share"] = float(posted.mean())
         figures[f"{column}_posted_precision"] = (
             float((predicted[posted] == truth[posted]).mean()) if posted.any() else None

@@ -42,6 +42,7 @@ class ReviewSettings(SectionView):
     SECTION = "review"
     target_precision: float
     min_rows: int
+    novelty_quantile: float
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class Scores:
     logits: np.ndarray
     temperature: float
     y_true: np.ndarray
+    novel: np.ndarray | None = None
+    """Rows unlike any training record (see `evidence.novelty_threshold`): never posted."""
 
     # Computed once: metrics, thresholds, the bootstrap and the plots all read them.
     @cached_property
@@ -161,7 +164,8 @@ def assess(
     amounts: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """One model's report: metrics and calibration per split, and the auto-post threshold chosen
-    on validation with its coverage and precision on each split (amounts: the test rows')."""
+    on validation with its coverage and precision on each split (amounts: the test rows'), novel
+    rows never posted, and on test without that rule too."""
     report: dict[str, Any] = {"temperature": scores["test"].temperature}
     for split, view in scores.items():
         report[split] = classification_metrics(view.y_true, view.calibrated, labels)
@@ -181,9 +185,12 @@ def assess(
                 *scores[split].confidence_and_correct(),
                 threshold,
                 amounts if split == "test" else None,
+                scores[split].novel,
             )
             for split in SPLITS
         },
+        # What the novelty rule costs and saves: the same threshold, novel rows posted too.
+        "test_without_novelty": coverage(*scores["test"].confidence_and_correct(), threshold),
     }
     return report
 
@@ -202,6 +209,7 @@ def scored_rows(view: Scores, threshold: float | None) -> ScoredRows:
         top_k_hit=(ranked == view.y_true[:, None]).any(axis=1),
         confidence=confidence,
         threshold=threshold,
+        novel=view.novel,
     )
 
 
@@ -322,9 +330,11 @@ def summary_html(
     reports: dict[str, dict[str, Any]],
     run_id: str | None,
     unseen_classes: dict[str, Any] | None = None,
+    examples: str = "",
 ) -> str:
     """A small standalone page for the report: the verdict, the headline table with intervals,
-    calibration and the auto-post coverage of each model."""
+    calibration, the auto-post coverage of each model with and without the novelty rule, and
+    `examples` (HTML: reviewed rows with their evidence) below."""
     names = list(reports)
     header = "".join(f"<th>{html.escape(name)}</th>" for name in names)
     bootstrap = comparison.get("bootstrap")
@@ -383,6 +393,25 @@ def summary_html(
             f"<td>{_number(reports[name]['review']['test'][key])}</td>" for name in names
         )
         rows.append(f"<tr><td>test</td><td>auto-post {key} (target {target})</td>{cells}</tr>")
+        cells = "".join(
+            f"<td>{_number(reports[name]['review']['test_without_novelty'][key])}</td>"
+            for name in names
+        )
+        rows.append(f"<tr><td>test</td><td>auto-post {key}, novel rows posted too</td>{cells}</tr>")
+    if all("novelty" in reports[name] for name in names):
+        cells = "".join(
+            f"<td>{reports[name]['novelty']['test_novel_rows']} "
+            f"(accuracy {_number(reports[name]['novelty']['test_novel_accuracy'])})</td>"
+            for name in names
+        )
+        rows.append(f"<tr><td>test</td><td>novel rows, never posted</td>{cells}</tr>")
+        cells = "".join(
+            f"<td>{_number(reports[name]['novelty']['test_nearest_agrees'])}</td>" for name in names
+        )
+        rows.append(
+            f"<tr><td>test</td><td>nearest training record has the suggested account</td>"
+            f"{cells}</tr>"
+        )
     run = f"<p>MLflow run: <code>{html.escape(run_id)}</code></p>" if run_id else ""
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Evaluation</title></head><body>"
@@ -395,7 +424,7 @@ def summary_html(
         )
         + f"<table border='1' cellpadding='4'><tr><th>split</th><th>metric</th>{header}</tr>"
         + "".join(rows)
-        + "</table></body></html>\n"
+        + f"</table>{examples}</body></html>\n"
     )
 
 
@@ -472,6 +501,14 @@ def tracked_metrics(
             value = report["review"]["test"].get(key)
             if value is not None:
                 metrics[f"{prefix}test_auto_{key}"] = value
+        for key in ("coverage", "precision"):
+            value = report["review"]["test_without_novelty"][key]
+            if value is not None:
+                metrics[f"{prefix}test_auto_{key}_without_novelty"] = value
+        novelty = report.get("novelty", {})
+        for key in ("test_novel_rows", "test_novel_accuracy", "test_nearest_agrees"):
+            if novelty.get(key) is not None:
+                metrics[f"{prefix}{key}"] = novelty[key]
     if unseen_classes is not None:
         metrics |= unseen_class_scores(f"{COMPARATOR}_test", unseen_classes[COMPARATOR])
     metrics["ensemble_weight"] = reports[ENSEMBLE]["weight"]

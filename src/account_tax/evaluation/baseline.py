@@ -27,6 +27,7 @@ from sklearn.pipeline import FeatureUnion, Pipeline
 
 from account_tax.data.serialize import LABEL_ID, TEXT, read_labels, read_split
 from account_tax.errors import DataError
+from account_tax.evaluation.evidence import build_baseline_index
 from account_tax.evaluation.metrics import TOP_K_ACCURACY, classification_metrics
 from account_tax.evaluation.tables import predictions_frame
 from account_tax.io import write_json, write_parquet
@@ -63,6 +64,7 @@ class BaselinePaths:
     model: Path
     metrics: Path
     predictions: Path
+    evidence: Path
 
 
 def build_pipeline(settings: BaselineSettings, threads: int = 1) -> Pipeline:
@@ -102,9 +104,20 @@ def predict_probabilities(pipeline: Pipeline, texts: list[str], num_labels: int)
 
     The classifier only knows the classes it saw in train; the others get probability 0.
     """
-    probabilities = np.zeros((len(texts), num_labels))
-    if texts:
-        probabilities[:, pipeline.classes_] = pipeline.predict_proba(texts)
+    if not texts:
+        return np.zeros((0, num_labels))
+    return classifier_probabilities(
+        pipeline, pipeline.named_steps["features"].transform(texts), num_labels
+    )
+
+
+def classifier_probabilities(pipeline: Pipeline, features: Any, num_labels: int) -> np.ndarray:
+    """`predict_probabilities` of texts already turned into the pipeline's TF-IDF rows."""
+    probabilities = np.zeros((features.shape[0], num_labels))
+    if features.shape[0]:
+        probabilities[:, pipeline.classes_] = pipeline.named_steps["classifier"].predict_proba(
+            features
+        )
     return probabilities
 
 
@@ -113,10 +126,16 @@ def baseline_logits(pipeline: Pipeline, texts: list[str], num_labels: int) -> np
     return log_probabilities(predict_probabilities(pipeline, texts, num_labels))
 
 
+def classifier_logits(pipeline: Pipeline, features: Any, num_labels: int) -> np.ndarray:
+    """`baseline_logits` of texts already turned into the pipeline's TF-IDF rows."""
+    return log_probabilities(classifier_probabilities(pipeline, features, num_labels))
+
+
 def train_baseline(
     paths: BaselinePaths, settings: BaselineSettings, threads: int = 1
 ) -> dict[str, Any]:
-    """Fit on train, score validation and test, write model, metrics and test predictions.
+    """Fit on train, score validation and test, write model, metrics and test predictions,
+    and the evidence index of the train and validation records in TF-IDF space.
 
     Returns the metrics report: `validation` and `test` (see `classification_metrics`),
     `train_seconds` (vectorizers and classifier), and what was trained on.
@@ -165,6 +184,8 @@ def train_baseline(
 
     paths.model.parent.mkdir(parents=True, exist_ok=True)
     joblib.dump(pipeline, paths.model)
+    indexed = {"train": paths.train, "validation": paths.validation}
+    build_baseline_index(pipeline, indexed, labels).write(paths.evidence)
     write_parquet(
         predictions_frame(test, probabilities["test"], settings.top_k, labels), paths.predictions
     )

@@ -47,11 +47,14 @@ class ScoredRows:
     top_k_hit: np.ndarray
     confidence: np.ndarray
     threshold: float | None
+    novel: np.ndarray | None = None
+    """Rows unlike any training record, never posted."""
 
     def posted(self) -> np.ndarray:
         if self.threshold is None:
             return np.zeros(len(self.predicted), dtype=bool)
-        return self.confidence >= self.threshold
+        posted = self.confidence >= self.threshold
+        return posted if self.novel is None else posted & ~self.novel
 
 
 def _row_scores(

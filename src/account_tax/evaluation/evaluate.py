@@ -8,6 +8,7 @@ plots. `evaluate` reads from top to bottom as the steps run."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,17 @@ from account_tax.evaluation.assessment import (
     summary_html,
     tracked_metrics,
 )
-from account_tax.evaluation.baseline import baseline_logits
+from account_tax.evaluation.baseline import classifier_logits
+from account_tax.evaluation.evidence import (
+    EVIDENCE_SPACE,
+    NOVEL,
+    baseline_features,
+    evidence_columns,
+    evidence_html,
+    is_novel,
+    novelty_threshold,
+    weighing_ngrams,
+)
 from account_tax.evaluation.hierarchy import hierarchy_metrics, read_parents
 from account_tax.evaluation.plots import (
     plot_baseline_comparison,
@@ -45,8 +56,10 @@ from account_tax.evaluation.plots import (
     plot_training_curves,
     read_history,
 )
+from account_tax.evaluation.predict import CANDIDATE
+from account_tax.evaluation.review import DECISION, decisions
 from account_tax.evaluation.shipped import ShippedCandidate
-from account_tax.evaluation.tables import PREDICTED_LABEL_ID, predictions_frame
+from account_tax.evaluation.tables import CONFIDENCE, PREDICTED_LABEL_ID, predictions_frame
 from account_tax.evaluation.unseen_classes import (
     COMPARATOR,
     nearest_class_scores,
@@ -55,8 +68,9 @@ from account_tax.evaluation.unseen_classes import (
 )
 from account_tax.io import write_json, write_parquet
 from account_tax.settings import EvaluateSettings
+from account_tax.training.evidence import ACCOUNT, INDEX_DIR, EvidenceIndex, Neighbours, Vectors
 from account_tax.training.head_init import class_texts
-from account_tax.training.inference import load_classifier, model_temperature, predict_logits
+from account_tax.training.inference import load_classifier, model_temperature, score_texts
 from account_tax.training.model import read_training_info
 from account_tax.workflow_run import log_stage, read_run
 
@@ -65,7 +79,7 @@ SPLITS = ("validation", "test")
 
 @dataclass(frozen=True)
 class EvaluatePaths:
-    """Evaluate's inputs (the first eight) and outputs."""
+    """Evaluate's inputs (the first nine) and outputs."""
 
     model: Path
     validation: Path
@@ -75,6 +89,7 @@ class EvaluatePaths:
     history: Path
     baseline_model: Path
     baseline_metrics: Path
+    baseline_evidence: Path
     metrics: Path
     predictions: Path
     summary: Path
@@ -102,20 +117,30 @@ def evaluate(
     settings: dict[str, Any],
     *,
     top_k: int,
+    evidence_k: int,
     batch_size: int,
     tracking: Path | None = None,
 ) -> dict[str, Any]:
-    """Score, judge and ship; write metrics.json, the test predictions (top `top_k`), the
-    summary and the plots; log them into the workflow's MLflow run. Returns the metrics."""
+    """Score, judge and ship; write metrics.json, the test predictions (top `top_k`, with their
+    evidence), the summary and the plots; log them into the workflow's MLflow run. Returns the
+    metrics."""
     options = EvaluateSettings.of(settings["evaluate"])
     label_map = json.loads((paths.model / LABEL_MAP).read_text(encoding="utf-8"))
     labels = label_map["labels"]
     splits = {name: read_split(getattr(paths, name), len(labels)) for name in SPLITS}
 
-    scores, weight = score_candidates(paths, splits, len(labels), batch_size)
+    scores, weight, vectors = score_candidates(paths, splits, len(labels), batch_size)
     review, amounts = ReviewSettings.of(settings["review"]), row_amounts(paths, options)
+    indexes = {
+        MODEL: EvidenceIndex.read(paths.model / INDEX_DIR),
+        BASELINE: EvidenceIndex.read(paths.baseline_evidence),
+    }
+    neighbours = find_neighbours(indexes, vectors, evidence_k)
+    novelty = mark_novel(scores, neighbours, indexes, labels, review.novelty_quantile)
     reports = {name: assess(view, labels, review, amounts) for name, view in scores.items()}
     reports[ENSEMBLE]["weight"] = weight
+    for name, report in reports.items():
+        report["novelty"] = novelty[name]
     add_unseen_groups(reports, scores, labels, paths, SplitSettings.of(settings["split"]))
     unseen = add_unseen_classes(reports, scores, splits["test"], label_map, paths.train_records)
     add_hierarchy(reports, scores, labels, paths.model)
@@ -123,11 +148,13 @@ def evaluate(
     comparison = compare(
         reports, scores, len(labels), resamples=options.bootstrap_resamples, seed=options.seed
     )
+    chosen = comparison["shipped"]["candidate"]
     shipped = ShippedCandidate.from_dict(
         comparison["shipped"]
         | {
             # What predict needs to reproduce the shipped candidate's probabilities and decisions.
-            "threshold": reports[comparison["shipped"]["candidate"]]["review"]["threshold"],
+            "threshold": reports[chosen]["review"]["threshold"],
+            "novelty_threshold": novelty[chosen]["threshold"],
             "baseline_temperature": reports[BASELINE]["temperature"],
             "ensemble_weight": reports[ENSEMBLE]["weight"],
             "ensemble_temperature": reports[ENSEMBLE]["temperature"],
@@ -143,15 +170,22 @@ def evaluate(
     }
     write_json(paths.metrics, metrics)
     test_scores = {name: view["test"] for name, view in scores.items()}
-    shipped_test = test_scores[shipped.candidate].calibrated
-    test = predictions_frame(splits["test"], shipped_test, top_k, labels)
-    write_parquet(
-        test.with_columns(pl.lit(shipped.candidate).alias("candidate")), paths.predictions
+    shipped_test = test_scores[shipped.candidate]
+    test = predictions_frame(splits["test"], shipped_test.calibrated, top_k, labels)
+    test = test.with_columns(
+        splits["test"][TEXT],
+        pl.lit(shipped.candidate).alias(CANDIDATE),
+        *test_evidence(paths, shipped, indexes, vectors, neighbours, test, labels),
     )
+    decided = decisions(test[CONFIDENCE].to_numpy(), shipped.threshold, test[NOVEL].to_numpy())
+    test = test.with_columns(pl.Series(DECISION, decided, dtype=pl.String))
+    write_parquet(test, paths.predictions)
 
     draw_plots(paths, reports, test_scores, test, labels)
     run_id = read_run(tracking)["run_id"] if tracking and tracking.exists() else None
-    paths.summary.write_text(summary_html(comparison, reports, run_id, unseen), encoding="utf-8")
+    paths.summary.write_text(
+        summary_html(comparison, reports, run_id, unseen, evidence_html(test)), encoding="utf-8"
+    )
     log_stage(
         tracking,
         "evaluate",
@@ -168,26 +202,114 @@ def evaluate(
 
 def score_candidates(
     paths: EvaluatePaths, splits: dict[str, pl.DataFrame], num_labels: int, batch_size: int
-) -> tuple[dict[str, dict[str, Scores]], float]:
+) -> tuple[dict[str, dict[str, Scores]], float, dict[str, dict[str, Vectors]]]:
     """Logits and calibration temperature of the fine-tuned model, the baseline and their mix,
-    per split; and the mix's weight, fitted on validation."""
+    per split; the mix's weight, fitted on validation; and the splits' vectors in the model's
+    and the baseline's evidence spaces (pooled embeddings, TF-IDF rows)."""
     model, tokenizer, _ = load_classifier(paths.model)
     max_length = read_training_info(paths.model)["settings"]["max_length"]
     temperature = model_temperature(paths.model)
     pipeline = joblib.load(paths.baseline_model)
     baseline = json.loads(paths.baseline_metrics.read_text(encoding="utf-8"))
     scores: dict[str, dict[str, Scores]] = {MODEL: {}, BASELINE: {}}
+    vectors: dict[str, dict[str, Vectors]] = {MODEL: {}, BASELINE: {}}
     for name, split in splits.items():
         texts, y_true = split[TEXT].to_list(), split[LABEL_ID].to_numpy()
-        logits = predict_logits(model, tokenizer, texts, batch_size, max_length)
+        logits, vectors[MODEL][name] = score_texts(model, tokenizer, texts, batch_size, max_length)
         scores[MODEL][name] = Scores(logits, temperature, y_true)
+        vectors[BASELINE][name] = baseline_features(pipeline, texts)
         scores[BASELINE][name] = Scores(
-            baseline_logits(pipeline, texts, num_labels),
+            classifier_logits(pipeline, vectors[BASELINE][name], num_labels),
             baseline["calibration"]["temperature"],
             y_true,
         )
     scores[ENSEMBLE], weight = ensemble_scores(scores[MODEL], scores[BASELINE])
-    return scores, weight
+    return scores, weight, vectors
+
+
+def find_neighbours(
+    indexes: dict[str, EvidenceIndex], vectors: dict[str, dict[str, Vectors]], k: int
+) -> dict[str, dict[str, Neighbours]]:
+    """Per evidence space, the nearest indexed records of each split's rows: validation's among
+    the train records only (a validation record would be its own neighbour), test's among all,
+    as predict searches."""
+    return {
+        space: {
+            "validation": index.part("train").nearest(vectors[space]["validation"], 1),
+            "test": index.nearest(vectors[space]["test"], k),
+        }
+        for space, index in indexes.items()
+    }
+
+
+def mark_novel(
+    scores: dict[str, dict[str, Scores]],
+    neighbours: dict[str, dict[str, Neighbours]],
+    indexes: dict[str, EvidenceIndex],
+    labels: list[str],
+    quantile: float,
+) -> dict[str, dict[str, Any]]:
+    """Fit each candidate's novelty threshold on validation, mark the novel rows of both splits
+    in its scores (so they are never posted), and report what the rule does on test: how many
+    rows are novel, the accuracy on them and on the others, and how often the nearest record's
+    account is the suggestion."""
+    novelty = {}
+    for name, view in scores.items():
+        space = EVIDENCE_SPACE[name]
+        nearest = {split: found.similarities[:, 0] for split, found in neighbours[space].items()}
+        _, correct = view["validation"].confidence_and_correct()
+        threshold = novelty_threshold(nearest["validation"], correct, quantile)
+        for split in SPLITS:
+            view[split] = dataclasses.replace(
+                view[split], novel=is_novel(nearest[split], threshold)
+            )
+        test = view["test"]
+        _, right = test.confidence_and_correct()
+        nearest_account = (
+            indexes[space].records[ACCOUNT].to_numpy()[neighbours[space]["test"].rows[:, 0]]
+        )
+        suggested = np.asarray(labels, dtype=object)[test.calibrated.argmax(axis=1)]
+        novelty[name] = {
+            "quantile": quantile,
+            "threshold": threshold,
+            "evidence_space": space,
+            "validation_novel_rows": int(view["validation"].novel.sum()),
+            "test_rows": len(right),
+            "test_novel_rows": int(test.novel.sum()),
+            "test_novel_accuracy": mean_or_none(right[test.novel]),
+            "test_other_accuracy": mean_or_none(right[~test.novel]),
+            "test_nearest_agrees": mean_or_none(nearest_account == suggested),
+        }
+    return novelty
+
+
+def mean_or_none(values: np.ndarray) -> float | None:
+    return float(values.mean()) if len(values) else None
+
+
+def test_evidence(
+    paths: EvaluatePaths,
+    shipped: ShippedCandidate,
+    indexes: dict[str, EvidenceIndex],
+    vectors: dict[str, dict[str, Vectors]],
+    neighbours: dict[str, dict[str, Neighbours]],
+    test: pl.DataFrame,
+    labels: list[str],
+) -> list[pl.Series]:
+    """The shipped candidate's evidence for each test row, as predict gives it."""
+    space = EVIDENCE_SPACE[shipped.candidate]
+    predicted = test[PREDICTED_LABEL_ID].to_numpy()
+    ngrams = None
+    if shipped.candidate != MODEL:
+        pipeline = joblib.load(paths.baseline_model)
+        ngrams = weighing_ngrams(pipeline, vectors[BASELINE]["test"], predicted)
+    return evidence_columns(
+        indexes[space],
+        neighbours[space]["test"],
+        [labels[i] for i in predicted],
+        shipped.novelty_threshold,
+        ngrams,
+    )
 
 
 def row_amounts(paths: EvaluatePaths, options: EvaluateSettings) -> np.ndarray | None:

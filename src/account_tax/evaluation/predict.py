@@ -19,15 +19,24 @@ from typing import Any
 import joblib
 import numpy as np
 import polars as pl
+import scipy.sparse
 
 from account_tax.data.clean import CleanSettings, clean
 from account_tax.data.features import LABEL_MAP, FeatureSettings, derived_columns
 from account_tax.data.ingest import ingest
 from account_tax.data.serialize import ID, TEXT, SerializeSettings, read_labels, text_expression
 from account_tax.data.spec import DataSpec
+from account_tax.errors import DataError
 from account_tax.evaluation.assessment import BASELINE, MODEL, ensemble_logits
-from account_tax.evaluation.baseline import baseline_logits
-from account_tax.evaluation.review import REVIEW, decisions
+from account_tax.evaluation.baseline import classifier_logits
+from account_tax.evaluation.evidence import (
+    EVIDENCE_COLUMNS,
+    NOVEL,
+    baseline_features,
+    evidence_columns,
+    weighing_ngrams,
+)
+from account_tax.evaluation.review import DECISION, REVIEW, decisions
 from account_tax.evaluation.shipped import ShippedCandidate, read_shipped
 from account_tax.evaluation.tables import (
     CONFIDENCE,
@@ -39,24 +48,26 @@ from account_tax.evaluation.tables import (
 from account_tax.io import parquet_rows, sha256_file, write_parquet
 from account_tax.settings import SOURCE_ROW, SectionView
 from account_tax.storage.manifest import content_sha256
-from account_tax.training.inference import (
-    load_classifier,
-    model_temperature,
-    predict_probabilities,
-)
+from account_tax.training.evidence import INDEX_DIR, RECORDS, EvidenceIndex, Vectors
+from account_tax.training.inference import load_classifier, model_temperature, score_texts
 from account_tax.training.model import read_training_info
 from account_tax.training.temperature import softmax
 
 log = logging.getLogger(__name__)
 
-DECISION = "decision"
 AUTO_THRESHOLD = "auto_threshold"
 CANDIDATE = "candidate"
 MODEL_SHA256 = "model_sha256"
 BASELINE_SHA256 = "baseline_sha256"
 TRAINING_RUN_ID = "training_run_id"
 MODEL_S3_URI = "model_s3_uri"
-PREDICTION_COLUMNS = (PREDICTED_LABEL, CONFIDENCE, TOP_K_LABELS, TOP_K_PROBABILITIES)
+PREDICTION_COLUMNS = (
+    PREDICTED_LABEL,
+    CONFIDENCE,
+    TOP_K_LABELS,
+    TOP_K_PROBABILITIES,
+    *EVIDENCE_COLUMNS,
+)
 PROVENANCE_COLUMNS = (CANDIDATE, MODEL_SHA256, BASELINE_SHA256, TRAINING_RUN_ID, MODEL_S3_URI)
 """The columns of `Provenance`'s fields, in their order."""
 BATCH_SIZE = 64
@@ -71,6 +82,7 @@ class PredictSettings(SectionView):
     # Name -> file of new records, each predicted to results/predict/<name>.parquet.
     inputs: dict[str, str]
     top_k: int
+    evidence_k: int
 
 
 @dataclass(frozen=True)
@@ -148,9 +160,21 @@ def load_shipped(
     return shipped, Provenance.of(shipped.candidate, model_dir, baseline_model, receipt)
 
 
+@dataclass(frozen=True)
+class Scored:
+    """A candidate's view of some texts: its calibrated probabilities, the texts' vectors in its
+    evidence index's space, and the baseline's TF-IDF rows where the baseline takes part."""
+
+    probabilities: np.ndarray
+    vectors: Vectors
+    features: scipy.sparse.csr_matrix | None
+
+
 class Candidate:
     """The candidate evaluate chose (see `choose_candidate`): the fine-tuned model, the baseline,
-    or their mix, loaded once; `probabilities` gives its calibrated class probabilities."""
+    or their mix, loaded once with its evidence index (the model's for the model and the mix,
+    the baseline's TF-IDF one for the baseline); `score` gives its calibrated class
+    probabilities, `evidence` what speaks for each suggestion."""
 
     def __init__(
         self,
@@ -158,6 +182,7 @@ class Candidate:
         baseline_model: Path | None,
         shipped: ShippedCandidate,
         batch_size: int = BATCH_SIZE,
+        baseline_evidence: Path | None = None,
     ) -> None:
         self.labels = read_labels(model_dir / LABEL_MAP)
         self.shipped = shipped
@@ -169,31 +194,63 @@ class Candidate:
             self.temperature = model_temperature(model_dir)
         if shipped.candidate != MODEL:
             self.pipeline = joblib.load(baseline_model)
-
-    def probabilities(self, texts: list[str]) -> np.ndarray:
-        model_probabilities = baseline_probabilities = None
-        if self.model is not None:
-            model_probabilities = predict_probabilities(
-                self.model.model,
-                self.model.tokenizer,
-                texts,
-                self.batch_size,
-                self.max_length,
-                self.temperature,
+        index_dir = model_dir / INDEX_DIR if self.model is not None else baseline_evidence
+        if index_dir is None or not (index_dir / RECORDS).is_file():
+            raise DataError(
+                f"{index_dir or 'the baseline'}: no evidence index; the model (or baseline) was "
+                f"trained before evidence existed: run the workflow again (snakemake -R train "
+                f"baseline)"
             )
+        self.index = EvidenceIndex.read(index_dir)
+
+    def score(self, texts: list[str]) -> Scored:
+        model_probabilities = baseline_probabilities = embeddings = features = None
+        if self.model is not None:
+            logits, embeddings = score_texts(
+                self.model.model, self.model.tokenizer, texts, self.batch_size, self.max_length
+            )
+            model_probabilities = softmax(logits, self.temperature).astype(np.float32)
         if self.pipeline is not None:
+            features = baseline_features(self.pipeline, texts)
             baseline_probabilities = softmax(
-                baseline_logits(self.pipeline, texts, len(self.labels)),
+                classifier_logits(self.pipeline, features, len(self.labels)),
                 self.shipped.baseline_temperature,
             )
         if self.pipeline is None:
-            return model_probabilities
+            return Scored(model_probabilities, embeddings, None)
         if self.model is None:
-            return baseline_probabilities
+            return Scored(baseline_probabilities, features, features)
         mixed = ensemble_logits(
             model_probabilities, baseline_probabilities, self.shipped.ensemble_weight
         )
-        return softmax(mixed, self.shipped.ensemble_temperature)
+        return Scored(softmax(mixed, self.shipped.ensemble_temperature), embeddings, features)
+
+    def probabilities(self, texts: list[str]) -> np.ndarray:
+        return self.score(texts).probabilities
+
+    def evidence(self, scored: Scored, predicted: np.ndarray, k: int) -> list[pl.Series]:
+        """The evidence columns of the rows scored, whose suggestions are the label ids
+        `predicted` (see `account_tax.evaluation.evidence`)."""
+        ngrams = None
+        if scored.features is not None:
+            ngrams = weighing_ngrams(self.pipeline, scored.features, predicted)
+        return evidence_columns(
+            self.index,
+            self.index.nearest(scored.vectors, k),
+            [self.labels[i] for i in predicted],
+            self.shipped.novelty_threshold,
+            ngrams,
+        )
+
+
+def scored_columns(
+    candidate: Candidate, texts: list[str], k: int, evidence_k: int
+) -> list[pl.Series]:
+    """The texts' top-k columns (see `top_k_columns`) and the evidence for their suggestions."""
+    scored = candidate.score(texts)
+    columns = top_k_columns(scored.probabilities, k, candidate.labels)
+    predicted = columns[0].to_numpy()  # the suggestions' label ids
+    return columns + candidate.evidence(scored, predicted, evidence_k)
 
 
 def predict_records(
@@ -205,29 +262,32 @@ def predict_records(
     provenance: Provenance,
     *,
     k: int,
+    evidence_k: int,
 ) -> dict[str, int]:
     """Write the calibrated top-k classes of every usable row of `source` from the candidate
-    evaluate chose, its decision (`auto` at or above that candidate's auto-post threshold, else
-    `review`) and its provenance; the rows to review, least confident first, to their own file;
-    return the counts."""
+    evaluate chose, the evidence for each suggestion (its `evidence_k` nearest training records;
+    see `account_tax.evaluation.evidence`), its decision (`auto` at or above that candidate's
+    auto-post threshold unless the record is novel, else `review`) and its provenance; the rows
+    to review, least confident first, to their own file; return the counts."""
     with tempfile.TemporaryDirectory(prefix="predict-") as work_dir:
         records = serialized_records(source, spec, config, paths.rejects, Path(work_dir))
         rows_in = parquet_rows(Path(work_dir) / "records.parquet")
     texts = records[TEXT].to_list()
-    # Chunks of rows: the [rows, classes] probabilities are never held for the whole file.
-    chunks = [top_k_columns(np.empty((0, len(candidate.labels))), k, candidate.labels)]
+    # Chunks of rows: the [rows, classes] probabilities are never held for the whole file. An
+    # empty chunk first, so that no rows still give every column its type.
+    chunks = [scored_columns(candidate, [], k, evidence_k)]
     for start in range(0, len(texts), CHUNK_ROWS):
-        probabilities = candidate.probabilities(texts[start : start + CHUNK_ROWS])
-        chunks.append(top_k_columns(probabilities, k, candidate.labels))
+        chunks.append(scored_columns(candidate, texts[start : start + CHUNK_ROWS], k, evidence_k))
         log.info("predict: %d of %d rows scored", min(start + CHUNK_ROWS, len(texts)), len(texts))
     predicted = [pl.concat(columns) for columns in zip(*chunks, strict=True)]
     threshold = candidate.shipped.threshold
     # The decision follows the confidence as written (float32), so a reader re-checking a row
     # against the threshold always agrees with it.
     confidence = next(column for column in predicted if column.name == CONFIDENCE).to_numpy()
+    novel = next(column for column in predicted if column.name == NOVEL).to_numpy()
     predictions = records.with_columns(
         *(column for column in predicted if column.name in PREDICTION_COLUMNS),
-        pl.Series(DECISION, decisions(confidence, threshold), dtype=pl.String),
+        pl.Series(DECISION, decisions(confidence, threshold, novel), dtype=pl.String),
         pl.lit(threshold, dtype=pl.Float64).alias(AUTO_THRESHOLD),
         *(
             pl.lit(value, dtype=pl.String).alias(column)

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+DECISION = "decision"
+"""The column that holds a row's decision."""
 AUTO = "auto"
 REVIEW = "review"
 
@@ -44,9 +46,14 @@ def auto_threshold(
     return float(thresholds[meets].min()) if meets.any() else None
 
 
-def decisions(confidence: np.ndarray, threshold: float | None) -> np.ndarray:
-    """`auto` where the confidence reaches the threshold, `review` elsewhere."""
+def decisions(
+    confidence: np.ndarray, threshold: float | None, novel: np.ndarray | None = None
+) -> np.ndarray:
+    """`auto` where the confidence reaches the threshold and the record is not novel (unlike
+    any training record: see `evidence.novelty_threshold`), `review` elsewhere."""
     posted = np.zeros(len(confidence), dtype=bool) if threshold is None else confidence >= threshold
+    if novel is not None:
+        posted &= ~np.asarray(novel, dtype=bool)
     return np.where(posted, AUTO, REVIEW)
 
 
@@ -55,11 +62,13 @@ def coverage(
     correct: np.ndarray,
     threshold: float | None,
     amounts: np.ndarray | None = None,
+    novel: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """What posting at `threshold` does on a split: the share of rows posted and the precision
     reached among them; with amounts, also the share of the absolute amount posted and the
-    amount-weighted accuracy of all rows (a wrong account on a large posting costs more)."""
-    posted = decisions(confidence, threshold) == AUTO
+    amount-weighted accuracy of all rows (a wrong account on a large posting costs more). Novel
+    rows are never posted."""
+    posted = decisions(confidence, threshold, novel) == AUTO
     result: dict[str, Any] = {
         "threshold": threshold,
         "rows": len(confidence),

@@ -22,6 +22,9 @@ class ShippedCandidate:
     """Each other candidate's lead over the baseline on validation, with its interval."""
     threshold: float | None
     """The auto-post threshold; None: every row goes to review."""
+    novelty_threshold: float | None
+    """The similarity to the nearest training record below which a record is novel (never
+    posted); None: no record is."""
     baseline_temperature: float
     ensemble_weight: float
     ensemble_temperature: float

@@ -49,8 +49,9 @@ from account_tax.data.features import LABEL_MAP
 from account_tax.data.serialize import ID, read_labels
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
-from account_tax.evaluation.assessment import DECIDING_METRIC, MODEL
+from account_tax.evaluation.assessment import BASELINE, DECIDING_METRIC, MODEL
 from account_tax.evaluation.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
+from account_tax.evaluation.evidence import EVIDENCE_SPACE
 from account_tax.evaluation.predict import (
     BATCH_SIZE,
     Candidate,
@@ -150,13 +151,15 @@ class PredictionModel(mlflow.pyfunc.PythonModel):
         self.spec = DataSpec.from_config(self.config)
         self.columns = input_columns(self.spec)
         self.provenance = Provenance(**spec["provenance"])
-        self.top_k = spec["top_k"]
+        self.top_k, self.evidence_k = spec["top_k"], spec["evidence_k"]
         baseline = context.artifacts.get("baseline")
+        evidence = context.artifacts.get("baseline_evidence")
         self.candidate = Candidate(
             Path(context.artifacts["model"]),
             Path(baseline) if baseline else None,
             ShippedCandidate.from_dict(spec["shipped"]),
             spec["batch_size"],
+            Path(evidence) if evidence else None,
         )
 
     def predict(
@@ -188,7 +191,14 @@ class PredictionModel(mlflow.pyfunc.PythonModel):
         )
         paths = PredictPaths(*(folder / f"{name}.parquet" for name in ("out", "rej", "rev")))
         predict_records(
-            source, self.spec, self.config, self.candidate, paths, self.provenance, k=self.top_k
+            source,
+            self.spec,
+            self.config,
+            self.candidate,
+            paths,
+            self.provenance,
+            k=self.top_k,
+            evidence_k=self.evidence_k,
         )
         return served_frame(
             pl.read_parquet(paths.predictions), pl.read_parquet(paths.rejects), self.spec
@@ -262,12 +272,13 @@ def save_prediction_model(
     config: dict[str, Any],
     model_dir: Path,
     baseline_model: Path,
+    baseline_evidence: Path,
     shipped: ShippedCandidate,
     test_predictions: Path,
     test_records: Path,
     provenance: Provenance,
     pyproject: Path,
-    top_k: int,
+    predict: PredictSettings,
     batch_size: int,
 ) -> None:
     """Write the pyfunc model into `folder` (which must not exist)."""
@@ -281,7 +292,8 @@ def save_prediction_model(
                     "config": records,
                     "shipped": shipped.to_dict(),
                     "provenance": dataclasses.asdict(provenance),
-                    "top_k": top_k,
+                    "top_k": predict.top_k,
+                    "evidence_k": predict.evidence_k,
                     "batch_size": batch_size,
                 },
                 indent=1,
@@ -295,6 +307,8 @@ def save_prediction_model(
         }
         if shipped.candidate != MODEL:
             artifacts["baseline"] = str(baseline_model)
+        if EVIDENCE_SPACE[shipped.candidate] == BASELINE:
+            artifacts["baseline_evidence"] = str(baseline_evidence)
         info = read_training_info(model_dir)
         example = input_example(test_records, spec)
         # The output schema from the model's own answer to the example; no input schema: the
@@ -450,6 +464,7 @@ class RegisterPaths:
 
     model: Path
     baseline_model: Path
+    baseline_evidence: Path
     evaluation: Path
     test_predictions: Path
     test_records: Path
@@ -488,12 +503,13 @@ def register(paths: RegisterPaths, settings: dict[str, Any], tracking: Path) -> 
             config=settings,
             model_dir=paths.model,
             baseline_model=paths.baseline_model,
+            baseline_evidence=paths.baseline_evidence,
             shipped=shipped,
             test_predictions=paths.test_predictions,
             test_records=paths.test_records,
             provenance=provenance,
             pyproject=paths.pyproject,
-            top_k=PredictSettings.of(settings["predict"]).top_k,
+            predict=PredictSettings.of(settings["predict"]),
             batch_size=BATCH_SIZE,
         )
         stored_bytes = folder_bytes(folder)

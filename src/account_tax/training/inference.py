@@ -93,7 +93,6 @@ def merge_adapter(adapter_dir: Path, merged_dir: Path) -> None:
         shutil.copyfile(adapter_dir / name, merged_dir / name)
 
 
-@torch.inference_mode()
 def predict_logits(
     model: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase,
@@ -101,24 +100,42 @@ def predict_logits(
     batch_size: int = 64,
     max_length: int = 128,
 ) -> np.ndarray:
-    """Class logits, [len(texts), num_labels] float32, rows in the order of `texts`.
+    """Class logits, [len(texts), num_labels] float32, rows in the order of `texts`."""
+    return score_texts(model, tokenizer, texts, batch_size, max_length)[0]
+
+
+@torch.inference_mode()
+def score_texts(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    batch_size: int = 64,
+    max_length: int = 128,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Class logits, [len(texts), num_labels], and the pooled embeddings the head read,
+    [len(texts), hidden], both float32, rows in the order of `texts`: one forward pass gives the
+    prediction and its place in the evidence index.
 
     Batches are formed from length-sorted texts (little padding) and the rows put back in place.
     """
     model.eval()
+    classifier = model.get_base_model() if isinstance(model, PeftModel) else model
+    hidden_size = classifier.config.hidden_size
+    logits = np.empty((len(texts), classifier.config.num_labels), dtype=np.float32)
+    embeddings = np.empty((len(texts), hidden_size), dtype=np.float32)
     if not texts:
-        return np.empty((0, model.config.num_labels), dtype=np.float32)
+        return logits, embeddings
     device = next(model.parameters()).device
     collate = DataCollatorWithPadding(tokenizer)
     input_ids = tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
     order = np.argsort([-len(ids) for ids in input_ids], kind="stable")
-    logits = np.empty((len(input_ids), model.config.num_labels), dtype=np.float32)
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
         batch = collate([{"input_ids": input_ids[row]} for row in rows]).to(device)
-        output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-        logits[rows] = output.logits.float().cpu().numpy()
-    return logits
+        pooled = classifier.embed(batch["input_ids"], batch["attention_mask"])
+        logits[rows] = classifier.classifier(pooled).float().cpu().numpy()
+        embeddings[rows] = pooled.float().cpu().numpy()
+    return logits, embeddings
 
 
 def predict_probabilities(

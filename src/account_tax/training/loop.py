@@ -60,6 +60,7 @@ from account_tax.training.checkpoint import (
 )
 from account_tax.training.classifier import hold_rows, save_full_classifier
 from account_tax.training.distributed import Distributed, barrier, init_distributed
+from account_tax.training.evidence import build_model_index
 from account_tax.training.fsdp import FsdpEngine
 from account_tax.training.head_init import (
     class_texts,
@@ -839,7 +840,8 @@ def seal_model(
     run: TrainingRun, settings: TrainSettings, paths: TrainPaths, metrics: dict[str, Any]
 ) -> None:
     """Rank 0's last touches to the exported model: the classes without rows, the merged
-    adapter, the calibration (its temperature goes into `metrics`) and the manifest."""
+    adapter, the calibration (its temperature goes into `metrics`), the evidence index and the
+    manifest."""
     if run.head_init["method"] == "label_text":
         represent_unseen_classes(
             paths.output_dir, class_texts(run.label_map), run.unseen, settings.max_length
@@ -847,6 +849,9 @@ def seal_model(
     if settings.merge_adapter:
         merge_adapter(paths.output_dir, paths.output_dir / "merged")
     metrics["temperature"] = calibrate_model(paths.output_dir, paths.validation)["temperature"]
+    metrics["evidence_index_seconds"] = build_model_index(
+        paths.output_dir, {"train": paths.train, "validation": paths.validation}
+    )
     # Sealed like a checkpoint, so the upload can prove every file of it.
     write_manifest(paths.output_dir, {"model": settings.model})
 
