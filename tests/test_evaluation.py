@@ -141,3 +141,30 @@ def test_assess_reports_calibration_before_and_after_the_temperature():
     assert report["test"]["accuracy"] == pytest.approx(
         (overconfident["test"].logits.argmax(axis=1) == model["test"].y_true).mean()
     )
+
+
+def test_accounts_that_take_no_postings_get_no_probability_but_keep_their_rows():
+    """A group's probability is shared out over the postable accounts: it is never the
+    prediction and never in the top k, while its rows still count, as wrong, in the metrics."""
+    y_true = np.array([0, 1, 2, 3] * 50)
+    logits = noisy_logits(y_true, 0.9, seed=3)
+    postable = np.array([True, False, True, True, True, True])
+    view = Scores(logits, 1.5, y_true, postable=postable)
+    assert (view.calibrated[:, 1] == 0).all() and (view.raw[:, 1] == 0).all()
+    assert np.allclose(view.calibrated.sum(axis=1), 1.0)
+    kept = Scores(logits, 1.5, y_true).calibrated
+    ratio = view.calibrated[:, postable] / kept[:, postable]
+    assert np.allclose(ratio, ratio[:, :1])  # the others keep their proportions
+    report = assess({"validation": view, "test": view}, LABELS, REVIEW)
+    assert report["test"]["per_class"][LABELS[1]]["support"] == 50
+    assert report["test"]["per_class"][LABELS[1]]["recall"] == 0.0
+    _, correct = view.confidence_and_correct()
+    assert not correct[y_true == 1].any()
+    ensemble, _ = ensemble_scores(
+        {split: view for split in ("validation", "test")},
+        {
+            split: Scores(logits[::-1], 1.0, y_true, postable=postable)
+            for split in ("validation", "test")
+        },
+    )
+    assert (ensemble["test"].calibrated[:, 1] == 0).all()

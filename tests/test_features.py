@@ -137,6 +137,7 @@ def test_duplicate_classes_are_refused(tmp_path):
 def test_label_map_without_a_chart_knows_no_names_descriptions_or_parents(built):
     _, mapping, _ = built
     assert mapping["names"] == mapping["descriptions"] == mapping["parents"] == [None] * 4
+    assert mapping["postable"] == [True] * 4
 
 
 def test_label_map_takes_names_descriptions_and_parents_from_a_chart(tmp_path):
@@ -167,6 +168,8 @@ def test_label_map_takes_names_descriptions_and_parents_from_a_chart(tmp_path):
     assert mapping["names"] == ["Expenses", "Office supplies", "Rent", None, "Bank"]
     assert mapping["descriptions"] == [None] * 5
     assert mapping["parents"] == [None, "4000", "4000", "4000", None]
+    # The group takes no postings; the leaves (and the parentless bank account) do.
+    assert mapping["postable"] == [False, True, True, True, True]
 
 
 def test_class_names_from_labels_fill_what_the_chart_leaves_unnamed(tmp_path):
@@ -255,3 +258,5 @@ def test_a_warm_start_keeps_the_old_models_label_ids_and_numbers_new_classes_aft
     assert mapping["names"] == ["Office supplies", "Closed account", "Rent", "Bank", "Fees", "New"]
     assert mapping["descriptions"][1] == "no longer used"
     assert mapping["counts"] == {"4930": 2, "9999": 0, "4210": 1, "1800": 0, "4970": 1, "6000": 0}
+    # A label map from before `postable` existed: every account takes postings.
+    assert mapping["postable"] == [True] * 6

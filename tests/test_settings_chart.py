@@ -40,6 +40,8 @@ EXPECTED = Chart(
     names=("Expenses", "Other costs", "Office supplies", "Rent", "Assets", "Bank", None),
     descriptions=(None, None, "Paper, toner", None, None, "Current account", None),
     parents=(None, "4000", "4900", "4000", None, "1000", None),
+    # Without a postable column the leaves take postings, the groups do not.
+    postable=(False, False, True, True, False, True, True),
 )
 
 
@@ -62,7 +64,7 @@ def test_a_code_only_chart_and_a_numeric_parquet_code_column(tmp_path):
     path = tmp_path / "chart.parquet"
     pl.DataFrame({"code": [4930, 4210], "other": ["x", "y"]}).write_parquet(path)
     chart = read_chart(str(path), ChartColumns.of())
-    assert chart == Chart(("4930", "4210"), (None, None), (None, None), (None, None))
+    assert chart == Chart(("4930", "4210"), (None, None), (None, None), (None, None), (True, True))
 
 
 def test_a_plain_list_and_a_text_file_say_nothing_but_the_codes(tmp_path):
@@ -70,8 +72,42 @@ def test_a_plain_list_and_a_text_file_say_nothing_but_the_codes(tmp_path):
     text.write_text(" 4930\n\n4210\t\n")
     for value in (str(text), ["4930 ", "4210"]):
         assert read_chart(value, COLUMNS) == Chart(
-            ("4930", "4210"), (None, None), (None, None), (None, None)
+            ("4930", "4210"), (None, None), (None, None), (None, None), (True, True)
         )
+
+
+def test_a_postable_column_says_which_accounts_take_postings(tmp_path):
+    """The column wins over the leaves rule: here a group takes postings and a leaf does not."""
+    flags = ["no", "yes", "X", "0", "", "TRUE", " 1 "]
+    path = write_chart(tmp_path / "chart.csv", CHART | {"Bebuchbar": flags})
+    columns = ChartColumns.of(**asdict(COLUMNS) | {"postable": "Bebuchbar"})
+    assert read_chart(str(path), columns).postable == (
+        False,
+        True,
+        True,
+        False,
+        False,
+        True,
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["yes", "no", "maybe", "yes", "yes", "yes", "yes"],
+            "<dir>/chart.csv: row 3, column 'Bebuchbar': 'maybe' is not yes or no",
+        ),
+        (["no"] * 7, "<dir>/chart.csv: no account takes postings (column 'Bebuchbar')"),
+    ],
+)
+def test_a_bad_postable_flag_names_the_row_and_column(tmp_path, flags, message):
+    path = write_chart(tmp_path / "chart.csv", CHART | {"Bebuchbar": flags})
+    columns = ChartColumns.of(**asdict(COLUMNS) | {"postable": "Bebuchbar"})
+    with pytest.raises(DataError) as error:
+        read_chart(str(path), columns)
+    assert str(error.value).replace(str(tmp_path), "<dir>").startswith(message)
 
 
 def test_unknown_chart_column_keys_are_refused(tmp_path):

@@ -2,6 +2,7 @@
 two segments, evaluated against the baseline, used to predict new records, with every checkpoint
 and the model uploaded to a real S3 server (SeaweedFS) and old checkpoints retained by receipt."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -532,9 +533,9 @@ def test_a_second_workflow_run_gets_its_own_mlflow_run_and_s3_keys(trained):
     assert {first_run["run_id"], second_run["run_id"]} <= run_ids
 
 
-def run_evaluate(workdir, train_records, out, split_settings):
-    """scripts/evaluate.py on the trained workflow's model and splits, with `train_records` as
-    what was trained on; the metrics and the summary page."""
+def run_evaluate(workdir, train_records, out, split_settings, model=None):
+    """scripts/evaluate.py on the trained workflow's model (or `model`) and splits, with
+    `train_records` as what was trained on; the metrics and the summary page."""
     settings = {
         "review": {"target_precision": 0.5, "min_rows": 2},
         "evaluate": {"bootstrap_resamples": 100, "seed": 13, "amount_column": None},
@@ -561,7 +562,7 @@ def run_evaluate(workdir, train_records, out, split_settings):
         "--settings",
         json.dumps(settings),
         "--model",
-        str(workdir / "results/train/segment-2/model"),
+        str(model or workdir / "results/train/segment-2/model"),
         "--validation",
         str(workdir / "results/serialize/validation.parquet"),
         "--test",
@@ -636,6 +637,62 @@ def test_evaluate_scores_classes_without_training_rows_apart(trained, tmp_path):
     summary = outputs["summary"].read_text()
     assert f"{rows} rows of 1 classes with no training rows" in summary
     assert "macro_f1 of the classes seen in training" in summary
+
+
+def test_a_group_account_is_never_suggested_but_counts_in_the_chart_levels(trained, tmp_path):
+    """With a chart of groups and leaves (a copy of the model whose label map makes 4930, the
+    most frequent account, the group of 4210 and 4400), no candidate predicts the group or lists
+    it in the top k, in predict and in evaluate; its test rows still count, as wrong accounts,
+    and at the chart's top level a child of it predicted for them is right."""
+    workdir, config, *_ = trained
+    model = tmp_path / "model"
+    shutil.copytree(workdir / "results/train/segment-2/model", model)
+    mapping = json.loads((model / "label_map.json").read_text())
+    group = "4930"
+    mapping["parents"] = [group if code in ("4210", "4400") else None for code in mapping["labels"]]
+    mapping["postable"] = [code != group for code in mapping["labels"]]
+    (model / "label_map.json").write_text(json.dumps(mapping))
+    records = tmp_path / "records.csv"
+    columns = list(pl.read_csv(config["predict"]["inputs"]["new"], n_rows=1).columns)
+    split = pl.read_parquet(workdir / "results/split/test.parquet").select(columns)
+    split.with_columns(pl.all().cast(pl.String)).write_csv(records)
+    shipped = read_shipped(workdir / "results/evaluate/metrics.json")
+    settings = complete(config)
+    baseline = workdir / "results/baseline/model.joblib"
+    for candidate in ("fine-tuned", "baseline", "ensemble"):
+        paths = PredictPaths(*(tmp_path / f"{candidate}-{n}.parquet" for n in ("o", "r", "v")))
+        predict_records(
+            records,
+            DataSpec.from_config(settings),
+            settings,
+            Candidate(
+                model,
+                baseline,
+                dataclasses.replace(shipped, candidate=candidate),
+                baseline_evidence=baseline.with_name("evidence"),
+            ),
+            paths,
+            Provenance(candidate, "sha", None, None, None),
+            k=3,
+            evidence_k=3,
+        )
+        predicted = pl.read_parquet(paths.predictions)
+        assert predicted.height == split.height
+        assert group not in set(predicted["predicted_label"]), candidate
+        assert not predicted["top_k_labels"].list.contains(group).any(), candidate
+
+    train_records = workdir / "results/split/train.parquet"
+    outputs = run_evaluate(
+        workdir, train_records, tmp_path / "evaluate", {"strategy": "stratified"}, model
+    )
+    metrics = json.loads(outputs["metrics"].read_text())
+    test = pl.read_parquet(outputs["predictions"])
+    assert group not in set(test["predicted_label"])
+    assert not test["top_k_labels"].list.contains(group).any()
+    per_class = metrics["test"]["per_class"][group]
+    assert per_class["support"] > 0 and per_class["recall"] == 0.0
+    top, accounts = metrics["hierarchy"]["test"]["levels"]
+    assert top["accuracy"] > accounts["accuracy"]
 
 
 def registry_uri(workdir: Path) -> str:

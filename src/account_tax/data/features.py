@@ -8,11 +8,13 @@ them (so classes without samples get ids too), else the sorted labels seen in th
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from account_tax.data.ingest import camel_to_words
@@ -95,8 +97,9 @@ def label_map(
     counts: dict[str, int], spec: DataSpec, previous: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Ids for every class; counts include classes with no samples (0). Per class, in label-id
-    order, its name, description and parent from the chart, null where unknown; a class the
-    chart leaves unnamed is named from its label with `data.class_names_from_labels`.
+    order, its name, description and parent from the chart, null where unknown, and whether it
+    takes postings (see `Chart.postable`; true without a chart); a class the chart leaves
+    unnamed is named from its label with `data.class_names_from_labels`.
 
     `previous`: the label map of the model a warm start begins from. Its classes keep their ids
     (a class the chart no longer lists stays, with what that map said of it and no rows) and the
@@ -107,10 +110,11 @@ def label_map(
     if unknown:
         # clean rejects unknown classes, so this is a wiring error, not bad data.
         raise DataError(f"labels not in data.classes reached features: {unknown[:10]}")
-    said: dict[str, dict[str, str | None]] = {}
+    said: dict[str, dict[str, Any]] = {}
     if previous is not None:
-        for key in ("names", "descriptions", "parents"):
-            for label, value in zip(previous["labels"], previous[key], strict=True):
+        # A label map from before `postable` existed has every account take postings.
+        for key in ("names", "descriptions", "parents", "postable"):
+            for label, value in zip(previous["labels"], previous.get(key) or [], strict=False):
                 said.setdefault(label, {})[key] = value
     chart = spec.chart
     if chart:
@@ -119,6 +123,7 @@ def label_map(
                 "names": chart.names[i],
                 "descriptions": chart.descriptions[i],
                 "parents": chart.parents[i],
+                "postable": chart.postable[i],
             }
     labels = current
     if previous is not None:
@@ -137,6 +142,7 @@ def label_map(
         "names": names,
         "descriptions": [said.get(label, {}).get("descriptions") for label in labels],
         "parents": [said.get(label, {}).get("parents") for label in labels],
+        "postable": [said.get(label, {}).get("postable", True) for label in labels],
     }
 
 
@@ -165,3 +171,10 @@ def build_features(
         label_map_path,
     )
     return mapping
+
+
+def postable_mask(label_map_path: Path) -> np.ndarray:
+    """Per label id, whether the account takes postings (label maps from before this was
+    recorded: all do)."""
+    mapping = json.loads(label_map_path.read_text(encoding="utf-8"))
+    return np.array(mapping.get("postable") or [True] * len(mapping["labels"]), dtype=bool)

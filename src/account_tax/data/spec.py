@@ -104,6 +104,7 @@ class ChartColumns(SectionView):
     name: str | None
     description: str | None
     parent: str | None
+    postable: str | None
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,9 @@ class Chart:
     names: tuple[str | None, ...]
     descriptions: tuple[str | None, ...]
     parents: tuple[str | None, ...]
+    postable: tuple[bool, ...]
+    """Whether the account takes postings: the chart's `postable` column, else the accounts that
+    are no other's parent (a group is not posted to), else all."""
 
 
 def read_chart(value: list[str] | str | None, columns: ChartColumns) -> Chart | None:
@@ -158,11 +162,30 @@ def _read_chart_table(path: Path, columns: ChartColumns) -> Chart:
     parents = dict(enumerate(values.get("parent", ()), 1))
     chart = _checked_chart(str(path), "row", list(enumerate(values["code"], 1)), columns, parents)
     blank = [None] * frame.height
+    if columns.postable is not None:
+        postable = tuple(
+            _yes_or_no(value, f"{path}: row {row}, column '{columns.postable}'")
+            for row, value in enumerate(values["postable"], 1)
+        )
+        if not any(postable):
+            raise DataError(f"{path}: no account takes postings (column '{columns.postable}')")
+        chart = replace(chart, postable=postable)
     return replace(
         chart,
         names=tuple(_text(value) for value in values.get("name", blank)),
         descriptions=tuple(_text(value) for value in values.get("description", blank)),
     )
+
+
+YES, NO = ("true", "yes", "y", "1", "x"), ("false", "no", "n", "0", "")
+
+
+def _yes_or_no(value: str | None, where: str) -> bool:
+    """A chart's postable flag: yes/no, true/false, 1/0, x/empty, in any case."""
+    flag = (value or "").strip().lower()
+    if flag not in YES + NO:
+        raise DataError(f"{where}: {value!r} is not yes or no (true/false, 1/0, x/empty)")
+    return flag in YES
 
 
 def _text(value: str | None) -> str | None:
@@ -211,11 +234,13 @@ def _checked_chart(
             f"{at(row_of[cycle[0]], parent_column)}: the parent links form a cycle: "
             + " -> ".join([*cycle, cycle[0]])
         )
+    groups = set(parent_of.values())
     return Chart(
         tuple(row_of),
         (None,) * len(row_of),
         (None,) * len(row_of),
         tuple(parent_of.values()),
+        tuple(code not in groups for code in row_of),
     )
 
 

@@ -54,19 +54,31 @@ class Scores:
     y_true: np.ndarray
     novel: np.ndarray | None = None
     """Rows unlike any training record (see `evidence.novelty_threshold`): never posted."""
+    postable: np.ndarray | None = None
+    """Per class, whether it takes postings; the others get probability 0 (`postable_only`)."""
 
     # Computed once: metrics, thresholds, the bootstrap and the plots all read them.
     @cached_property
     def raw(self) -> np.ndarray:
-        return softmax(self.logits)
+        return postable_only(softmax(self.logits), self.postable)
 
     @cached_property
     def calibrated(self) -> np.ndarray:
-        return softmax(self.logits, self.temperature)
+        return postable_only(softmax(self.logits, self.temperature), self.postable)
 
     def confidence_and_correct(self) -> tuple[np.ndarray, np.ndarray]:
         probabilities = self.calibrated
         return probabilities.max(axis=1), probabilities.argmax(axis=1) == self.y_true
+
+
+def postable_only(probabilities: np.ndarray, postable: np.ndarray | None) -> np.ndarray:
+    """The probabilities with the accounts that take no postings (a chart's groups) at 0 and
+    each row renormalised: they are never predicted, posted or listed. Applied after the
+    temperature, which is fitted on every class."""
+    if postable is None or postable.all():
+        return probabilities
+    kept = np.where(postable, probabilities, 0.0)
+    return kept / np.clip(kept.sum(axis=1, keepdims=True), EPSILON, None)
 
 
 def fit_mix_weight(model: Scores, baseline: Scores) -> float:
@@ -99,7 +111,8 @@ def ensemble_scores(
     }
     temperature = fit_temperature(logits["validation"], model["validation"].y_true)
     return {
-        split: Scores(values, temperature, model[split].y_true) for split, values in logits.items()
+        split: Scores(values, temperature, model[split].y_true, postable=model[split].postable)
+        for split, values in logits.items()
     }, weight
 
 

@@ -18,7 +18,7 @@ import joblib
 import numpy as np
 import polars as pl
 
-from account_tax.data.features import LABEL_MAP
+from account_tax.data.features import LABEL_MAP, postable_mask
 from account_tax.data.serialize import LABEL_ID, TEXT, read_split
 from account_tax.data.split import SplitSettings
 from account_tax.evaluation.assessment import (
@@ -209,6 +209,7 @@ def score_candidates(
     model, tokenizer, _ = load_classifier(paths.model)
     max_length = read_training_info(paths.model)["settings"]["max_length"]
     temperature = model_temperature(paths.model)
+    postable = postable_mask(paths.model / LABEL_MAP)
     pipeline = joblib.load(paths.baseline_model)
     baseline = json.loads(paths.baseline_metrics.read_text(encoding="utf-8"))
     scores: dict[str, dict[str, Scores]] = {MODEL: {}, BASELINE: {}}
@@ -216,12 +217,13 @@ def score_candidates(
     for name, split in splits.items():
         texts, y_true = split[TEXT].to_list(), split[LABEL_ID].to_numpy()
         logits, vectors[MODEL][name] = score_texts(model, tokenizer, texts, batch_size, max_length)
-        scores[MODEL][name] = Scores(logits, temperature, y_true)
+        scores[MODEL][name] = Scores(logits, temperature, y_true, postable=postable)
         vectors[BASELINE][name] = baseline_features(pipeline, texts)
         scores[BASELINE][name] = Scores(
             classifier_logits(pipeline, vectors[BASELINE][name], num_labels),
             baseline["calibration"]["temperature"],
             y_true,
+            postable=postable,
         )
     scores[ENSEMBLE], weight = ensemble_scores(scores[MODEL], scores[BASELINE])
     return scores, weight, vectors

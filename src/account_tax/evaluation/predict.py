@@ -22,12 +22,12 @@ import polars as pl
 import scipy.sparse
 
 from account_tax.data.clean import CleanSettings, clean
-from account_tax.data.features import LABEL_MAP, FeatureSettings, derived_columns
+from account_tax.data.features import LABEL_MAP, FeatureSettings, derived_columns, postable_mask
 from account_tax.data.ingest import ingest
 from account_tax.data.serialize import ID, TEXT, SerializeSettings, read_labels, text_expression
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
-from account_tax.evaluation.assessment import BASELINE, MODEL, ensemble_logits
+from account_tax.evaluation.assessment import BASELINE, MODEL, ensemble_logits, postable_only
 from account_tax.evaluation.baseline import classifier_logits
 from account_tax.evaluation.evidence import (
     EVIDENCE_COLUMNS,
@@ -185,6 +185,7 @@ class Candidate:
         baseline_evidence: Path | None = None,
     ) -> None:
         self.labels = read_labels(model_dir / LABEL_MAP)
+        self.postable = postable_mask(model_dir / LABEL_MAP)
         self.shipped = shipped
         self.batch_size = batch_size
         self.model = self.pipeline = None
@@ -204,18 +205,22 @@ class Candidate:
         self.index = EvidenceIndex.read(index_dir)
 
     def score(self, texts: list[str]) -> Scored:
+        """The calibrated probabilities, the accounts that take no postings at 0 in each part as
+        evaluate scores them (`postable_only`), and the texts' vectors."""
         model_probabilities = baseline_probabilities = embeddings = features = None
         if self.model is not None:
             logits, embeddings = score_texts(
                 self.model.model, self.model.tokenizer, texts, self.batch_size, self.max_length
             )
-            model_probabilities = softmax(logits, self.temperature).astype(np.float32)
+            calibrated = softmax(logits, self.temperature)
+            model_probabilities = postable_only(calibrated, self.postable).astype(np.float32)
         if self.pipeline is not None:
             features = baseline_features(self.pipeline, texts)
-            baseline_probabilities = softmax(
+            calibrated = softmax(
                 classifier_logits(self.pipeline, features, len(self.labels)),
                 self.shipped.baseline_temperature,
             )
+            baseline_probabilities = postable_only(calibrated, self.postable)
         if self.pipeline is None:
             return Scored(model_probabilities, embeddings, None)
         if self.model is None:
@@ -223,7 +228,8 @@ class Candidate:
         mixed = ensemble_logits(
             model_probabilities, baseline_probabilities, self.shipped.ensemble_weight
         )
-        return Scored(softmax(mixed, self.shipped.ensemble_temperature), embeddings, features)
+        calibrated = softmax(mixed, self.shipped.ensemble_temperature)
+        return Scored(postable_only(calibrated, self.postable), embeddings, features)
 
     def probabilities(self, texts: list[str]) -> np.ndarray:
         return self.score(texts).probabilities
