@@ -111,7 +111,12 @@ def run_ours(spec: dict[str, Any], scratch: Path, evidence: bool = True) -> dict
         evidence_k=settings["predict"]["evidence_k"],
     )
     seconds = time.perf_counter() - started
-    return {"seconds": seconds, "rows": counts["predicted"], "counts": counts, "candidate": shipped}
+    return {
+        "seconds": seconds,
+        "rows": counts["predicted"],
+        "counts": counts,
+        "candidate": shipped.candidate,
+    }
 
 
 def run_pipeline(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:

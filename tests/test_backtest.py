@@ -127,6 +127,10 @@ def test_every_period_is_predicted_and_every_record_posted_or_reviewed(backteste
     assert table["period"].to_list() == ["2024-02", "2024-03", "2024-04"]
     assert table["rows"].to_list() == [24, 32, 32]
     assert (table["auto_rows"] + table["review_rows"]).to_list() == table["rows"].to_list()
+    # The novelty rule only holds back novel records, which go to review.
+    assert (table["novel_held_back_right"] <= table["novel_held_back"]).all()
+    assert (table["novel_held_back"] <= table["novel_rows"]).all()
+    assert (table["novel_rows"] <= table["review_rows"]).all()
     # Sales revenue is new in March: an account the ledger had not seen. In April it is new
     # again unless a March record reached the ledger with it (posted or reviewed).
     runs = period_runs(workdir)

@@ -28,6 +28,7 @@ from workflow_runner import REPO, SECRETS, VENV_BIN, jobs_run, snakemake
 
 import account_tax.evaluation.predict
 from account_tax.data.spec import DataSpec
+from account_tax.evaluation.evidence import EVIDENCE_COLUMNS
 from account_tax.evaluation.predict import (
     PROVENANCE_COLUMNS,
     Candidate,
@@ -799,6 +800,7 @@ def test_registered_model_loads_and_gives_predicts_output_on_the_test_split(trai
     assert model.metadata.get_input_schema() is None
     answer = model.metadata.get_output_schema().input_names()
     assert {"source_row", "predicted_label", "confidence", "decision", "reason"} <= set(answer)
+    assert set(EVIDENCE_COLUMNS) <= set(answer)
     for name, path in (("test", test_records), ("new", config["predict"]["inputs"]["new"])):
         served = model.predict(raw_records_as_text(Path(path)))
         assert len(served) == test.height if name == "test" else 4

@@ -28,10 +28,10 @@ from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
 from account_tax.evaluation.assessment import BASELINE, ENSEMBLE, MODEL
 from account_tax.evaluation.evidence import NOVEL
-from account_tax.evaluation.predict import Candidate
+from account_tax.evaluation.predict import AUTO_THRESHOLD, Candidate
 from account_tax.evaluation.review import AUTO, DECISION, decisions
 from account_tax.evaluation.shipped import ShippedCandidate
-from account_tax.evaluation.tables import PREDICTED_LABEL
+from account_tax.evaluation.tables import CONFIDENCE, PREDICTED_LABEL
 from account_tax.settings import SOURCE_ROW, SectionView
 
 log = logging.getLogger(__name__)
@@ -269,7 +269,9 @@ def score_period(
     wall_seconds: float,
 ) -> dict[str, Any]:
     """The period's figures: every record predicted, posted or left to review (checked), the
-    share posted and how often a posted account was right, the accounts new this period."""
+    share posted and how often a posted account was right, the novel records and those the
+    novelty rule kept from being posted (and how many of them the model had right), the
+    accounts new this period."""
     if predictions.height != records.height:
         raise DataError(
             f"{workdir}: {records.height} records in the period, {predictions.height} predicted"
@@ -278,6 +280,9 @@ def score_period(
     auto = predictions.filter(pl.col(DECISION) == AUTO)
     review = predictions.height - auto.height
     right = auto.filter(pl.col(PREDICTED_LABEL) == pl.col(spec.label)).height
+    # What the novelty rule held back: the novel records that the threshold alone would post.
+    held = predictions.filter(pl.col(NOVEL) & (pl.col(CONFIDENCE) >= pl.col(AUTO_THRESHOLD)))
+    held_right = held.filter(pl.col(PREDICTED_LABEL) == pl.col(spec.label)).height
     evaluation = json.loads((workdir / EVALUATION).read_text("utf-8"))
     intervals = evaluation["comparison"]["bootstrap"]["models"]
     counts_path = workdir / "results/correct/counts.json"
@@ -289,6 +294,9 @@ def score_period(
         "auto_share": auto.height / predictions.height,
         "posted_precision": right / auto.height if auto.height else None,
         "review_rows": review,
+        "novel_rows": predictions[NOVEL].sum(),
+        "novel_held_back": held.height,
+        "novel_held_back_right": held_right,
         "new_accounts": len(set(records[spec.label].to_list()) - seen),
         "shipped": evaluation["comparison"]["shipped"]["candidate"],
         "corrections_applied": counts.get("applied", 0),
