@@ -93,7 +93,10 @@ def period_runs(workdir: Path) -> list[Path]:
 def backtested(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("backtest")
     dated_ledger(workdir / "ledger.csv")
-    config = ledger_config(workdir / "ledger.csv", classes=list(ACCOUNTS))
+    # A chart file named relative to the workflow's folder, as a user writes it: each period's
+    # run, in a folder of its own, still finds it.
+    (workdir / "classes.txt").write_text("\n".join(ACCOUNTS) + "\n")
+    config = ledger_config(workdir / "ledger.csv", classes="classes.txt")
     config["train"] = {
         "model": str(build_tiny_bert(workdir / "tiny-bert", CORPUS)),
         "max_length": 48,

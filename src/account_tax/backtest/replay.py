@@ -161,6 +161,9 @@ def period_config(
     data = period["data"]
     nulls = sorted({*data["null_values"], ""})
     data.update(path=str(ledger), format="csv", csv_separator=",", null_values=nulls)
+    if isinstance(data["classes"], str):
+        # The period's run works in a folder of its own: a chart named relative to this one.
+        data["classes"] = str(Path(data["classes"]).resolve())
     data["corrections"] = [str(path) for path in corrections]
     period["predict"] = {**period.get("predict", {}), "inputs": {NEW_RECORDS: str(new_records)}}
     period["train"] = {**period["train"], "init_from": str(init_model) if init_model else "none"}
