@@ -411,20 +411,18 @@ def summary_html(
             for name in names
         )
         rows.append(f"<tr><td>test</td><td>auto-post {key}, novel rows posted too</td>{cells}</tr>")
-    if all("novelty" in reports[name] for name in names):
-        cells = "".join(
-            f"<td>{reports[name]['novelty']['test_novel_rows']} "
-            f"(accuracy {_number(reports[name]['novelty']['test_novel_accuracy'])})</td>"
-            for name in names
-        )
-        rows.append(f"<tr><td>test</td><td>novel rows, never posted</td>{cells}</tr>")
-        cells = "".join(
-            f"<td>{_number(reports[name]['novelty']['test_nearest_agrees'])}</td>" for name in names
-        )
-        rows.append(
-            f"<tr><td>test</td><td>nearest training record has the suggested account</td>"
-            f"{cells}</tr>"
-        )
+    cells = "".join(
+        f"<td>{reports[name]['novelty']['test_novel_rows']} "
+        f"(accuracy {_number(reports[name]['novelty']['test_novel_accuracy'])})</td>"
+        for name in names
+    )
+    rows.append(f"<tr><td>test</td><td>novel rows, never posted</td>{cells}</tr>")
+    cells = "".join(
+        f"<td>{_number(reports[name]['novelty']['test_nearest_agrees'])}</td>" for name in names
+    )
+    rows.append(
+        f"<tr><td>test</td><td>nearest training record has the suggested account</td>{cells}</tr>"
+    )
     run = f"<p>MLflow run: <code>{html.escape(run_id)}</code></p>" if run_id else ""
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Evaluation</title></head><body>"
@@ -518,10 +516,9 @@ def tracked_metrics(
             value = report["review"]["test_without_novelty"][key]
             if value is not None:
                 metrics[f"{prefix}test_auto_{key}_without_novelty"] = value
-        novelty = report.get("novelty", {})
         for key in ("test_novel_rows", "test_novel_accuracy", "test_nearest_agrees"):
-            if novelty.get(key) is not None:
-                metrics[f"{prefix}{key}"] = novelty[key]
+            if report["novelty"][key] is not None:
+                metrics[f"{prefix}{key}"] = report["novelty"][key]
     if unseen_classes is not None:
         metrics |= unseen_class_scores(f"{COMPARATOR}_test", unseen_classes[COMPARATOR])
     metrics["ensemble_weight"] = reports[ENSEMBLE]["weight"]
