@@ -175,7 +175,7 @@ def evaluate(
     test = test.with_columns(
         splits["test"][TEXT],
         pl.lit(shipped.candidate).alias(CANDIDATE),
-        *test_evidence(paths, shipped, indexes, vectors, neighbours, test, labels),
+        *shipped_evidence(paths, shipped, indexes, vectors, neighbours, test, labels),
     )
     decided = decisions(test[CONFIDENCE].to_numpy(), shipped.threshold, test[NOVEL].to_numpy())
     test = test.with_columns(pl.Series(DECISION, decided, dtype=pl.String))
@@ -289,7 +289,7 @@ def mean_or_none(values: np.ndarray) -> float | None:
     return float(values.mean()) if len(values) else None
 
 
-def test_evidence(
+def shipped_evidence(
     paths: EvaluatePaths,
     shipped: ShippedCandidate,
     indexes: dict[str, EvidenceIndex],
