@@ -17,6 +17,7 @@ from typing import Any
 import joblib
 import numpy as np
 import polars as pl
+from sklearn.pipeline import Pipeline
 
 from account_tax.data.features import LABEL_MAP, postable_mask
 from account_tax.data.serialize import LABEL_ID, TEXT, read_split
@@ -129,7 +130,8 @@ def evaluate(
     labels = label_map["labels"]
     splits = {name: read_split(getattr(paths, name), len(labels)) for name in SPLITS}
 
-    scores, weight, vectors = score_candidates(paths, splits, len(labels), batch_size)
+    pipeline = joblib.load(paths.baseline_model)
+    scores, weight, vectors = score_candidates(paths, pipeline, splits, len(labels), batch_size)
     review, amounts = ReviewSettings.of(settings["review"]), row_amounts(paths, options)
     indexes = {
         MODEL: EvidenceIndex.read(paths.model / INDEX_DIR),
@@ -175,7 +177,7 @@ def evaluate(
     test = test.with_columns(
         splits["test"][TEXT],
         pl.lit(shipped.candidate).alias(CANDIDATE),
-        *shipped_evidence(paths, shipped, indexes, vectors, neighbours, test, labels),
+        *shipped_evidence(pipeline, shipped, indexes, vectors, neighbours, test, labels),
     )
     decided = decisions(test[CONFIDENCE].to_numpy(), shipped.threshold, test[NOVEL].to_numpy())
     test = test.with_columns(pl.Series(DECISION, decided, dtype=pl.String))
@@ -201,16 +203,20 @@ def evaluate(
 
 
 def score_candidates(
-    paths: EvaluatePaths, splits: dict[str, pl.DataFrame], num_labels: int, batch_size: int
+    paths: EvaluatePaths,
+    pipeline: Pipeline,
+    splits: dict[str, pl.DataFrame],
+    num_labels: int,
+    batch_size: int,
 ) -> tuple[dict[str, dict[str, Scores]], float, dict[str, dict[str, Vectors]]]:
-    """Logits and calibration temperature of the fine-tuned model, the baseline and their mix,
-    per split; the mix's weight, fitted on validation; and the splits' vectors in the model's
-    and the baseline's evidence spaces (pooled embeddings, TF-IDF rows)."""
+    """Logits and calibration temperature of the fine-tuned model, the baseline (its fitted
+    `pipeline`) and their mix, per split; the mix's weight, fitted on validation; and the
+    splits' vectors in the model's and the baseline's evidence spaces (pooled embeddings,
+    TF-IDF rows)."""
     model, tokenizer, _ = load_classifier(paths.model)
     max_length = read_training_info(paths.model)["settings"]["max_length"]
     temperature = model_temperature(paths.model)
     postable = postable_mask(paths.model / LABEL_MAP)
-    pipeline = joblib.load(paths.baseline_model)
     baseline = json.loads(paths.baseline_metrics.read_text(encoding="utf-8"))
     scores: dict[str, dict[str, Scores]] = {MODEL: {}, BASELINE: {}}
     vectors: dict[str, dict[str, Vectors]] = {MODEL: {}, BASELINE: {}}
@@ -290,7 +296,7 @@ def mean_or_none(values: np.ndarray) -> float | None:
 
 
 def shipped_evidence(
-    paths: EvaluatePaths,
+    pipeline: Pipeline,
     shipped: ShippedCandidate,
     indexes: dict[str, EvidenceIndex],
     vectors: dict[str, dict[str, Vectors]],
@@ -303,7 +309,6 @@ def shipped_evidence(
     predicted = test[PREDICTED_LABEL_ID].to_numpy()
     ngrams = None
     if shipped.candidate != MODEL:
-        pipeline = joblib.load(paths.baseline_model)
         ngrams = weighing_ngrams(pipeline, vectors[BASELINE]["test"], predicted)
     return evidence_columns(
         indexes[space],
