@@ -76,7 +76,13 @@ def run_ours(spec: dict[str, Any], scratch: Path, evidence: bool = True) -> dict
     import dataclasses
 
     from account_tax.data.spec import DataSpec
-    from account_tax.evaluation.predict import Candidate, PredictPaths, Provenance, predict_records
+    from account_tax.evaluation.predict import (
+        Candidate,
+        Predictor,
+        PredictPaths,
+        Provenance,
+        predict_records,
+    )
     from account_tax.evaluation.shipped import read_shipped
     from account_tax.notebook import stage_folder
 
@@ -91,6 +97,8 @@ def run_ours(spec: dict[str, Any], scratch: Path, evidence: bool = True) -> dict
     shipped = read_shipped(work / "results/evaluate/metrics.json")
     if not evidence:
         shipped = dataclasses.replace(shipped, novelty_threshold=None)
+    if spec["candidate"]:
+        shipped = dataclasses.replace(shipped, candidate=spec["candidate"])
     model = stage_folder("train", work) / "model"
     baseline = work / "results/baseline/model.joblib"
     started = time.perf_counter()
@@ -98,18 +106,18 @@ def run_ours(spec: dict[str, Any], scratch: Path, evidence: bool = True) -> dict
     paths = PredictPaths(
         scratch / "out.parquet", scratch / "rejects.parquet", scratch / "r.parquet"
     )
-    counts = predict_records(
-        Path(spec["input"]),
+    predictor = Predictor(
         DataSpec.from_config(settings),
         settings,
         (Candidate if evidence else WithoutEvidence)(
             model, baseline, shipped, spec["batch_size"], work / "results/baseline/evidence"
         ),
-        paths,
         provenance,
         k=spec["top_k"],
         evidence_k=settings["predict"]["evidence_k"],
+        chunk_rows=settings["predict"]["chunk_rows"],
     )
+    counts = predict_records(Path(spec["input"]), predictor, paths)
     seconds = time.perf_counter() - started
     return {
         "seconds": seconds,
@@ -123,22 +131,23 @@ def run_pipeline(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
     import torch
     from transformers import pipeline
 
+    from account_tax.data.ingest import ingest
     from account_tax.data.serialize import TEXT
     from account_tax.data.spec import DataSpec
-    from account_tax.evaluation.predict import serialized_records
+    from account_tax.evaluation.predict import Predictor
     from account_tax.notebook import stage_folder
     from account_tax.training.inference import load_classifier
     from account_tax.training.model import read_training_info
 
     work = Path(spec["workdir"])
     settings = config(Path(spec["config"]))
-    texts = serialized_records(
-        Path(spec["input"]),
-        DataSpec.from_config(settings),
-        settings,
-        scratch / "rejects.parquet",
-        scratch,
-    )[TEXT].to_list()
+    records = scratch / "records.parquet"
+    ingest(DataSpec.from_config(settings), records, Path(spec["input"]), require_label=False)
+    # The texts `predict` scores (no candidate is needed to serialize).
+    predictor = Predictor(
+        DataSpec.from_config(settings), settings, None, None, k=1, evidence_k=1, chunk_rows=1
+    )
+    texts = predictor.serialized(pl.read_parquet(records), str(records))[0][TEXT].to_list()
     model_dir = stage_folder("train", work) / "model"
     max_length = read_training_info(model_dir)["settings"]["max_length"]
 
@@ -232,6 +241,11 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="texts per batch, both sides")
     parser.add_argument("--top-k", type=int, default=3)
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    parser.add_argument(
+        "--candidate",
+        choices=("fine-tuned", "baseline", "ensemble"),
+        help="predict with this candidate instead of the one evaluate shipped (ours only)",
+    )
     parser.add_argument("--workdir", type=Path, default=REPO, help="where `make run` ran")
     parser.add_argument("--config", type=Path, default=REPO / "config" / "config.yaml")
     parser.add_argument(
@@ -261,6 +275,7 @@ def main() -> None:
             "threads": args.threads,
             "batch_size": args.batch_size,
             "top_k": args.top_k,
+            "candidate": args.candidate,
             "repeats": dict(zip(map(str, args.rows), repeats, strict=True)),
         },
         "target_ours_over_pipeline_rows_per_s": TARGET,
@@ -277,6 +292,7 @@ def main() -> None:
             "threads": args.threads,
             "batch_size": args.batch_size,
             "top_k": args.top_k,
+            "candidate": args.candidate,
         }
         runs: dict[str, list] = {side: [] for side in args.sides}
         for repeat in range(count):

@@ -111,11 +111,19 @@ def measure(port: int, rows: pl.DataFrame, size: int, requests: int) -> dict[str
 def batch_reference(workdir: Path, rows: pl.DataFrame) -> dict[str, Any]:
     """`predict_records` on all `rows` at once, the candidate loaded before the clock starts."""
     from account_tax.data.spec import DataSpec
-    from account_tax.evaluation.predict import Candidate, PredictPaths, Provenance, predict_records
+    from account_tax.evaluation.predict import (
+        Candidate,
+        Predictor,
+        PredictPaths,
+        Provenance,
+        predict_records,
+    )
     from account_tax.evaluation.shipped import read_shipped
     from account_tax.notebook import stage_folder
+    from account_tax.settings import complete
 
-    settings = json.loads((workdir / "results" / "tracking" / "config.json").read_text())
+    # Completed, so that a run's config from before a setting existed gets its default.
+    settings = complete(json.loads((workdir / "results" / "tracking" / "config.json").read_text()))
     shipped = read_shipped(workdir / "results" / "evaluate" / "metrics.json")
     model = stage_folder("train", workdir) / "model"
     baseline = workdir / "results" / "baseline" / "model.joblib"
@@ -127,16 +135,16 @@ def batch_reference(workdir: Path, rows: pl.DataFrame) -> dict[str, Any]:
         rows.write_csv(source)
         paths = PredictPaths(*(Path(scratch) / f"{n}.parquet" for n in ("out", "rej", "rev")))
         started = time.perf_counter()
-        counts = predict_records(
-            source,
+        predictor = Predictor(
             DataSpec.from_config(settings),
             settings,
             candidate,
-            paths,
             provenance,
             k=settings["predict"]["top_k"],
             evidence_k=settings["predict"]["evidence_k"],
+            chunk_rows=settings["predict"]["chunk_rows"],
         )
+        counts = predict_records(source, predictor, paths)
         seconds = time.perf_counter() - started
     return {"rows": counts["predicted"], "seconds": seconds, "rows_per_s": rows.height / seconds}
 

@@ -15,8 +15,18 @@ def main() -> None:
     parser = cli.parser(__doc__)
     parser.add_argument("--input", type=Path, help="raw table (default: the config's data.path)")
     parser.add_argument("--output", type=Path, required=True, help="records Parquet to write")
+    parser.add_argument(
+        "--labels-optional",
+        action="store_true",
+        help="new records to predict: the label column may be absent",
+    )
     args = parser.parse_args()
-    rows = ingest(DataSpec.from_config(args.settings), args.output, args.input)
+    rows = ingest(
+        DataSpec.from_config(args.settings),
+        args.output,
+        args.input,
+        require_label=not args.labels_optional,
+    )
     log_stage(args.tracking, "ingest", {"rows": rows})
 
 

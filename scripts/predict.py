@@ -1,12 +1,12 @@
-"""Predict: the top-k account classes, with calibrated probabilities, for new records (the same
-column roles as training, labels optional), through the same clean, features and serialize code
-and the candidate evaluate chose (the fine-tuned model, the baseline or their calibrated mix,
+"""Predict one shard of new records (all of them by default): the top-k account classes, with
+calibrated probabilities, through the same clean, features and serialize code as training and
+the candidate evaluate chose (the fine-tuned model, the baseline or their calibrated mix,
 whichever is best on validation), with the evidence for each suggestion: its nearest training
 records, and whether it is novel (unlike any of them). Each row gets a decision, `auto` (post it)
 at or above that candidate's auto-post threshold unless novel, else `review`, and its provenance
-(candidate, model hashes, training run, S3 location of the model). The rows to review go to their
-own file, least confident first. Unusable rows go to the rejects file with the reason; the counts
-add up."""
+(candidate, model hashes, training run, S3 location of the model). Reads ingest's rows a chunk at
+a time (memory does not grow with the file); unusable rows go to the rejects file with the
+reason. `predict_gather.py` joins the shards."""
 
 from pathlib import Path
 
@@ -17,17 +17,19 @@ from account_tax.data.spec import DataSpec
 from account_tax.evaluation.predict import (
     BATCH_SIZE,
     Candidate,
+    Predictor,
     PredictPaths,
     PredictSettings,
     load_shipped,
-    predict_records,
+    predict_part,
 )
-from account_tax.workflow_run import log_stage
 
 
 def main() -> None:
     parser = cli.parser(__doc__)
-    parser.add_argument("--input", type=Path, required=True, help="new records (CSV or Parquet)")
+    parser.add_argument(
+        "--records", type=Path, required=True, help="new records as ingest wrote them"
+    )
     parser.add_argument("--model", type=Path, required=True, help="trained model folder")
     parser.add_argument("--baseline-model", type=Path, required=True, help="baseline pipeline")
     parser.add_argument(
@@ -40,9 +42,11 @@ def main() -> None:
         help="evaluate's metrics: the candidate to use and its auto-post threshold",
     )
     parser.add_argument("--model-receipt", type=Path, help="the model's upload receipt")
-    parser.add_argument("--output", type=Path, required=True, help="predictions Parquet")
+    parser.add_argument("--predictions", type=Path, required=True, help="predictions Parquet")
     parser.add_argument("--rejects", type=Path, required=True, help="rejected rows Parquet")
     parser.add_argument("--review", type=Path, required=True, help="rows to review Parquet")
+    parser.add_argument("--shard", type=int, default=0, help="which shard (from 0)")
+    parser.add_argument("--shards", type=int, default=1, help="how many shards")
     parser.add_argument(
         "--batch-size", type=int, default=BATCH_SIZE, help="texts per inference batch"
     )
@@ -53,28 +57,20 @@ def main() -> None:
         args.evaluation, args.model, args.baseline_model, args.model_receipt
     )
     options = PredictSettings.of(args.settings["predict"])
-    counts = predict_records(
-        args.input,
+    candidate = Candidate(
+        args.model, args.baseline_model, shipped, args.batch_size, args.baseline_evidence
+    )
+    predictor = Predictor(
         DataSpec.from_config(args.settings),
         args.settings,
-        Candidate(
-            args.model, args.baseline_model, shipped, args.batch_size, args.baseline_evidence
-        ),
-        PredictPaths(args.output, args.rejects, args.review),
+        candidate,
         provenance,
         k=options.top_k,
         evidence_k=options.evidence_k,
+        chunk_rows=options.chunk_rows,
     )
-    stage = f"predict/{args.output.stem}"
-    log_stage(
-        args.tracking,
-        stage,
-        counts,
-        tags={
-            "training_run_id": str(provenance.training_run_id),
-            "candidate": shipped.candidate,
-        },
-    )
+    paths = PredictPaths(args.predictions, args.rejects, args.review)
+    predict_part(args.records, predictor, paths, args.shard, args.shards)
 
 
 if __name__ == "__main__":

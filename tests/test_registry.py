@@ -9,7 +9,9 @@ import pandas as pd
 import polars as pl
 import pytest
 from mlflow import MlflowClient
+from sample_ledger import ledger_row, ledger_spec
 
+from account_tax.data.ingest import ingest
 from account_tax.errors import DataError
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.tracking.registry import (
@@ -20,6 +22,7 @@ from account_tax.tracking.registry import (
     check_request,
     evaluated_rows_sha256,
     fetch_champion_model,
+    request_records,
 )
 
 LABELS = ["1000", "2000", "3000", "4000"]
@@ -150,6 +153,27 @@ def test_text_and_missing_values_pass():
     check_request(
         pd.DataFrame({"id": ["1", "2"], "memo": ["x", None], "account": [None, "4930"]}), COLUMNS
     )
+
+
+def test_a_request_reads_as_its_records_would_from_a_csv_file(tmp_path):
+    """The served model reads a request in memory as ingest reads the same records from a CSV
+    file: every value as text, a configured null value ("NA") and an empty cell missing, the
+    label optional, rows counted from 1."""
+    rows = [
+        ledger_row(1, memo="NA", account=""),
+        ledger_row(2, vendor="", amount="12,5"),
+        ledger_row(3, memo="  spaced  out  ", date="NA"),
+    ]
+    records = pd.DataFrame(rows)
+    source = tmp_path / "records.csv"
+    records.to_csv(source, index=False)
+    spec = ledger_spec(source, null_values=["", "NA"])
+    ingested = tmp_path / "records.parquet"
+    ingest(spec, ingested, source, require_label=False)
+    from_file = pl.read_parquet(ingested)
+    in_memory = request_records(records, spec).select(from_file.columns)
+    assert in_memory.equals(from_file)
+    assert in_memory["memo"][0] is None and in_memory["vendor"][1] is None
 
 
 def run_file(registry) -> Path:

@@ -49,6 +49,10 @@ CLUSTER_OVERRIDES = [
     "train:cpus_per_gpu=1",
     "train:mem_mb=3000",
     "train:runtime=10",
+    # The scorers load torch and the model: more than the data stages' memory.
+    "baseline:mem_mb=3000",
+    "evaluate:mem_mb=3000",
+    "predict_shard:mem_mb=3000",
     "--set-threads",
     "train=1",
     "serialize=1",
@@ -206,6 +210,43 @@ def test_training_spanned_two_nodes_with_one_torchrun_each(slurm_run, cluster):
     assert (workdir / "results/train/segment-1/model/adapter_model.safetensors").is_file()
     log = (workdir / "logs/train/segment-1.log").read_text()
     assert " rank 0 " in log and " rank 1 " in log
+
+
+def test_sharded_predict_on_slurm_equals_one_job(slurm_run, cluster):
+    """`predict.shards: 2` scores the ledger (65 rows, chunks of 16) in two SLURM jobs and gathers
+    one predictions, one review and one rejects file, identical (rows, order, values) to those
+    of the same rule with one shard."""
+    workdir, _ = slurm_run
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    targets = [f"results/predict/ledger{suffix}.parquet" for suffix in ("", ".review", ".rejects")]
+    outputs = {}
+    for shards in (2, 1):
+        config["predict"] = {
+            "inputs": {"ledger": str(workdir / "ledger.csv")},
+            "shards": shards,
+            "chunk_rows": 16,
+        }
+        result = run_snakemake(
+            workdir,
+            targets[0],
+            "--profile",
+            str(PROFILE),
+            *CLUSTER_OVERRIDES,
+            config=config,
+            env=cluster.env,
+        )
+        assert result.returncode == 0, result.stderr[-6000:]
+        assert jobs_run(result)["predict_shard"] == shards
+        outputs[shards] = [pl.read_parquet(workdir / target) for target in targets]
+    shard_jobs = slurm_job_ids(workdir)["predict_shard"]
+    assert len(shard_jobs) == 3
+    for job_id in shard_jobs:
+        assert scontrol_job(cluster, job_id)["JobState"] == "COMPLETED"
+    predictions, review, rejects = outputs[1]
+    assert predictions.height + rejects.height == 65 and rejects.height == 2
+    assert review.height > 0
+    for sharded, whole in zip(outputs[2], outputs[1], strict=True):
+        assert sharded.equals(whole)
 
 
 def test_profiles_are_valid_and_default_to_sacct():

@@ -26,12 +26,13 @@ from sample_ledger import ledger_config, ledger_row, small_ledger
 from tiny_models import build_tiny_bert
 from workflow_runner import REPO, SECRETS, VENV_BIN, jobs_run, snakemake
 
-import account_tax.evaluation.predict
 from account_tax.data.spec import DataSpec
 from account_tax.evaluation.evidence import EVIDENCE_COLUMNS
 from account_tax.evaluation.predict import (
+    PART_FILES,
     PROVENANCE_COLUMNS,
     Candidate,
+    Predictor,
     PredictPaths,
     Provenance,
     predict_records,
@@ -102,6 +103,8 @@ def test_every_stage_ran_once(trained):
         "baseline": 1,
         "train": 2,
         "evaluate": 1,
+        "predict_ingest": 1,
+        "predict_shard": 1,
         "predict": 1,
         "upload_checkpoints": 2,
         "upload_model": 1,
@@ -124,7 +127,17 @@ def test_editing_an_evaluation_module_reruns_evaluate_not_train(trained, tmp_pat
     env = server.env() | {"PYTHONPATH": str(package.parent)}
     planned = snakemake(workdir, "-n", config=config, env=env)
     jobs = jobs_run(planned)
-    assert set(jobs) == {"baseline", "evaluate", "predict", "register", "resources", "all"}, jobs
+    # The ingested new records are a temporary file: their shards need them again.
+    assert set(jobs) == {
+        "baseline",
+        "evaluate",
+        "predict_ingest",
+        "predict_shard",
+        "predict",
+        "register",
+        "resources",
+        "all",
+    }, jobs
     # Unedited, the same copy plans nothing: only the edit made the difference.
     (package / "evaluation" / "metrics.py").write_bytes(
         (REPO / "src/account_tax/evaluation/metrics.py").read_bytes()
@@ -275,11 +288,11 @@ def test_predictions_for_new_records_with_rejects(trained):
         assert row["evidence_agreement"] == pytest.approx(sum(agree) / 3)
         assert row["novel"] == (row["nearest_similarity"] < shipped["novelty_threshold"])
     # The rows to review, least confident first, with their alternatives.
-    expected = predictions.filter(pl.col("decision") == "review").sort("confidence")
+    expected = predictions.filter(pl.col("decision") == "review").sort("confidence", "source_row")
     assert review.equals(expected)
 
 
-def test_prediction_in_chunks_of_rows_matches_the_rule(trained, monkeypatch, tmp_path):
+def test_prediction_in_chunks_of_rows_matches_the_rule(trained, tmp_path):
     """Rows are scored a chunk at a time (flat memory on large files): chunks of one row give the
     rule's predictions, row for row."""
     workdir, config, *_ = trained
@@ -288,20 +301,22 @@ def test_prediction_in_chunks_of_rows_matches_the_rule(trained, monkeypatch, tmp
     baseline = workdir / "results/baseline/model.joblib"
     shipped = read_shipped(workdir / "results/evaluate/metrics.json")
     provenance = Provenance(*(rule_output[0, column] for column in PROVENANCE_COLUMNS))
-    monkeypatch.setattr(account_tax.evaluation.predict, "CHUNK_ROWS", 1)
     paths = PredictPaths(*(tmp_path / f"{name}.parquet" for name in ("out", "rejects", "review")))
     settings = complete(config)
     counts = predict_records(
         Path(config["predict"]["inputs"]["new"]),
-        DataSpec.from_config(settings),
-        settings,
-        Candidate(
-            model, baseline, shipped, baseline_evidence=workdir / "results/baseline/evidence"
+        Predictor(
+            DataSpec.from_config(settings),
+            settings,
+            Candidate(
+                model, baseline, shipped, baseline_evidence=workdir / "results/baseline/evidence"
+            ),
+            provenance,
+            k=settings["predict"]["top_k"],
+            evidence_k=settings["predict"]["evidence_k"],
+            chunk_rows=1,
         ),
         paths,
-        provenance,
-        k=settings["predict"]["top_k"],
-        evidence_k=settings["predict"]["evidence_k"],
     )
     assert counts["predicted"] == rule_output.height == 3
     chunked = pl.read_parquet(paths.predictions)
@@ -327,6 +342,44 @@ def test_prediction_in_chunks_of_rows_matches_the_rule(trained, monkeypatch, tmp
         for c, novel in zip(chunked["confidence"], chunked["novel"], strict=True)
     ]
     assert (chunked["decision"] == "auto").to_list() == posted
+
+
+def test_shards_gathered_equal_one_job_row_for_row(trained, tmp_path):
+    """The ledger (65 rows, 2 unusable without the label's check) predicted in shards of whole
+    chunks and gathered gives the files of one job, to the last bit: the predictions and rejects
+    in input order, the rows to review least confident first, ties in input order (with no
+    auto-post threshold every row is to review); more shards than chunks leaves some shards empty. The
+    counts add up."""
+    workdir, config, *_ = trained
+    settings = complete(config)
+    model, baseline = workdir / "results/train/segment-2/model", workdir / "results/baseline"
+    shipped = read_shipped(workdir / "results/evaluate/metrics.json")
+    predictor = Predictor(
+        DataSpec.from_config(settings),
+        settings,
+        Candidate(
+            model,
+            baseline / "model.joblib",
+            dataclasses.replace(shipped, threshold=None),
+            baseline_evidence=baseline / "evidence",
+        ),
+        Provenance(shipped.candidate, "sha", None, None, None),
+        k=3,
+        evidence_k=3,
+        chunk_rows=8,
+    )
+    outputs = {}
+    for shards in (1, 3, 40):
+        paths = PredictPaths(*(tmp_path / f"{shards}-{name}.parquet" for name in PART_FILES))
+        counts = predict_records(workdir / "ledger.csv", predictor, paths, shards)
+        assert counts == {"rows_in": 65, "predicted": 63, "review": 63, "rejected": 2, "auto": 0}
+        outputs[shards] = [pl.read_parquet(path) for path in dataclasses.astuple(paths)]
+    for shards in (3, 40):
+        for sharded, whole in zip(outputs[shards], outputs[1], strict=True):
+            assert sharded.equals(whole), shards
+    predictions, rejects, review = outputs[1]
+    assert predictions["source_row"].is_sorted() and rejects["source_row"].is_sorted()
+    assert review.equals(predictions.sort("confidence", "source_row"))
 
 
 def test_the_model_carries_an_index_in_which_a_training_record_finds_itself(trained):
@@ -373,18 +426,21 @@ def test_records_unlike_any_training_record_are_novel_and_go_to_review(trained, 
     model = workdir / "results/train/segment-2/model"
     predict_records(
         source,
-        DataSpec.from_config(settings),
-        settings,
-        Candidate(
-            model,
-            workdir / "results/baseline/model.joblib",
-            shipped,
-            baseline_evidence=workdir / "results/baseline/evidence",
+        Predictor(
+            DataSpec.from_config(settings),
+            settings,
+            Candidate(
+                model,
+                workdir / "results/baseline/model.joblib",
+                shipped,
+                baseline_evidence=workdir / "results/baseline/evidence",
+            ),
+            Provenance(shipped.candidate, "sha", None, None, None),
+            k=3,
+            evidence_k=3,
+            chunk_rows=settings["predict"]["chunk_rows"],
         ),
         paths,
-        Provenance(shipped.candidate, "sha", None, None, None),
-        k=3,
-        evidence_k=3,
     )
     predictions = pl.read_parquet(paths.predictions)
     assert shipped.novelty_threshold is not None
@@ -445,7 +501,14 @@ def test_mlflow_run_has_training_curves_evaluation_and_benchmarks(trained):
     assert metrics["train/steps"] == 24
     for key in ("evaluate/test_macro_f1", "baseline/test_macro_f1", "predict/new/predicted"):
         assert key in metrics, key
-    for rule in ("train/segment-1", "train/segment-2", "evaluate", "baseline", "predict/new"):
+    for rule in (
+        "train/segment-1",
+        "train/segment-2",
+        "evaluate",
+        "baseline",
+        "predict/new",
+        "predict/new/shard-0",
+    ):
         assert metrics[f"{rule}/wall_s"] > 0, rule
 
 
@@ -664,18 +727,21 @@ def test_a_group_account_is_never_suggested_but_counts_in_the_chart_levels(train
         paths = PredictPaths(*(tmp_path / f"{candidate}-{n}.parquet" for n in ("o", "r", "v")))
         predict_records(
             records,
-            DataSpec.from_config(settings),
-            settings,
-            Candidate(
-                model,
-                baseline,
-                dataclasses.replace(shipped, candidate=candidate),
-                baseline_evidence=baseline.with_name("evidence"),
+            Predictor(
+                DataSpec.from_config(settings),
+                settings,
+                Candidate(
+                    model,
+                    baseline,
+                    dataclasses.replace(shipped, candidate=candidate),
+                    baseline_evidence=baseline.with_name("evidence"),
+                ),
+                Provenance(candidate, "sha", None, None, None),
+                k=3,
+                evidence_k=3,
+                chunk_rows=settings["predict"]["chunk_rows"],
             ),
             paths,
-            Provenance(candidate, "sha", None, None, None),
-            k=3,
-            evidence_k=3,
         )
         predicted = pl.read_parquet(paths.predictions)
         assert predicted.height == split.height

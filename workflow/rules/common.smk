@@ -291,12 +291,24 @@ def raw_inputs():
     return [raw_input(), *classes_file(), *config["data"]["corrections"]]
 
 
+def predict_shards(name):
+    """The `name` files (predictions, rejects or review) of every shard of an input."""
+
+    def files(wildcards):
+        return expand(
+            f"results/predict/{wildcards.name}/shard-{{shard}}/{name}.parquet",
+            shard=range(config["predict"]["shards"]),
+        )
+
+    return files
+
+
 def predict_inputs(wildcards):
-    """New records, both models, evaluate's choice of candidate and threshold, and the model's
+    """New records as ingest wrote them, both models, evaluate's choice of candidate and threshold, and the model's
     upload receipt where uploads are on (every prediction names where the model is stored).
     """
     inputs = {
-        "input": config["predict"]["inputs"][wildcards.name],
+        "records": f"results/predict/{wildcards.name}/records.parquet",
         "model": f"{TRAINED}/model",
         "baseline_model": "results/baseline/model.joblib",
         "baseline_evidence": "results/baseline/evidence",

@@ -100,9 +100,74 @@ rule evaluate:
         " {params.paths} --threads {threads} --tracking {params.tracking} > {log} 2>&1"
 
 
-rule predict:
+rule predict_ingest:
+    input:
+        input=lambda wildcards: config["predict"]["inputs"][wildcards.name],
+    output:
+        output=temp("results/predict/{name}/records.parquet"),
+    log:
+        "logs/predict/{name}/ingest.log",
+    conda:
+        "../../envs/data.yaml"
+    container:
+        "containers/data.sif"
+    threads: 2
+    params:
+        script=script("ingest"),
+        code=code_sha256("ingest"),
+        settings=settings("data"),
+        paths=path_options(),
+    shell:
+        "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
+        " {params.paths} --labels-optional > {log} 2>&1"
+
+
+rule predict_shard:
     input:
         unpack(predict_inputs),
+    output:
+        predictions=temp("results/predict/{name}/shard-{shard}/predictions.parquet"),
+        rejects=temp("results/predict/{name}/shard-{shard}/rejects.parquet"),
+        review=temp("results/predict/{name}/shard-{shard}/review.parquet"),
+    log:
+        "logs/predict/{name}/shard-{shard}.log",
+    benchmark:
+        "benchmarks/predict/{name}/shard-{shard}.tsv"
+    wildcard_constraints:
+        shard=r"\d+",
+    conda:
+        "../../envs/train.yaml"
+    container:
+        "containers/train.sif"
+    threads: 2
+    params:
+        script=script("predict"),
+        code=code_sha256("predict"),
+        settings=settings(
+            "data",
+            "clean",
+            "features",
+            "serialize",
+            "predict.top_k",
+            "predict.evidence_k",
+            "predict.chunk_rows",
+        ),
+        shards=config["predict"]["shards"],
+        paths=path_options(),
+    shell:
+        "OMP_NUM_THREADS={threads} python {params.script} --settings {params.settings:q}"
+        " {params.paths} --shard {wildcards.shard} --shards {params.shards}"
+        " --threads {threads} > {log} 2>&1"
+
+
+rule predict:
+    input:
+        records="results/predict/{name}/records.parquet",
+        model=f"{TRAINED}/model",
+        evaluation="results/evaluate/metrics.json",
+        predictions_parts=predict_shards("predictions"),
+        rejects_parts=predict_shards("rejects"),
+        review_parts=predict_shards("review"),
     output:
         output="results/predict/{name}.parquet",
         rejects="results/predict/{name}.rejects.parquet",
@@ -115,20 +180,12 @@ rule predict:
         "../../envs/train.yaml"
     container:
         "containers/train.sif"
-    threads: 2
     params:
-        script=script("predict"),
-        code=code_sha256("predict"),
+        script=script("predict_gather"),
+        code=code_sha256("predict_gather"),
         tracking=RUN_FILE,
-        settings=settings(
-            "data",
-            "clean",
-            "features",
-            "serialize",
-            "predict.top_k",
-            "predict.evidence_k",
-        ),
+        settings=settings("predict.shards"),
         paths=path_options(),
     shell:
-        "OMP_NUM_THREADS={threads} python {params.script} --settings {params.settings:q}"
-        " {params.paths} --threads {threads} --tracking {params.tracking} > {log} 2>&1"
+        "python {params.script} --settings {params.settings:q} {params.paths}"
+        " --tracking {params.tracking} > {log} 2>&1"

@@ -230,6 +230,43 @@ def typed_columns(
     return values, problems
 
 
+def usable_and_rejected(
+    frame: pl.LazyFrame,
+    spec: DataSpec,
+    case: str,
+    require_label: bool,
+    source_file: str,
+    distinct: Mapping[str, pl.Series],
+) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """Ingest's rows (`frame`) split into the usable ones, typed and normalised, and the rejected
+    ones as read, with the raw file's name and the reason. Row by row, so any slice of the rows
+    gets the same answer: `predict` cleans a chunk at a time. `distinct`: see `typed_columns`."""
+    schema = frame.collect_schema()
+    values, problems = typed_columns(schema, spec, case, require_label, distinct)
+    unusable = pl.any_horizontal(c for c, _ in problems) if problems else pl.lit(False)
+    # The reason texts are built for the rejected rows only: most rows need just the flags.
+    reason = pl.concat_str(
+        [pl.when(c).then(message) for c, message in problems] or [pl.lit(None)],
+        separator="; ",
+        ignore_nulls=True,
+    )
+    if RECORD_PROBLEM in schema:
+        # A malformed CSV record: its values are whatever its fields gave, so its problem is
+        # the whole reason.
+        unusable = unusable | pl.col(RECORD_PROBLEM).is_not_null()
+        reason = pl.coalesce(pl.col(RECORD_PROBLEM), reason)
+    present = [c for c in spec.columns if c in schema]
+    flagged = frame.with_columns(unusable.alias(UNUSABLE))
+    good = flagged.filter(~pl.col(UNUSABLE)).select(SOURCE_ROW, *values)
+    bad = flagged.filter(pl.col(UNUSABLE)).select(
+        SOURCE_ROW,
+        pl.lit(source_file).alias(SOURCE_FILE),
+        *(pl.col(c).cast(pl.String) for c in present),
+        reason.cast(pl.String).alias(REASON),
+    )
+    return good, bad
+
+
 def clean(
     source: Path,
     spec: DataSpec,
@@ -257,28 +294,7 @@ def clean(
 
     normalised = [c for c in text_columns(schema, spec) if c != spec.label]
     distinct = few_distinct_values(frame, normalised)
-    values, problems = typed_columns(schema, spec, options.case, require_label, distinct)
-    unusable = pl.any_horizontal(c for c, _ in problems) if problems else pl.lit(False)
-    # The reason texts are built for the rejected rows only: most rows need just the flags.
-    reason = pl.concat_str(
-        [pl.when(c).then(message) for c, message in problems] or [pl.lit(None)],
-        separator="; ",
-        ignore_nulls=True,
-    )
-    if RECORD_PROBLEM in schema:
-        # A malformed CSV record: its values are whatever its fields gave, so its problem is
-        # the whole reason.
-        unusable = unusable | pl.col(RECORD_PROBLEM).is_not_null()
-        reason = pl.coalesce(pl.col(RECORD_PROBLEM), reason)
-    present = [c for c in spec.columns if c in schema]
-    flagged = frame.with_columns(unusable.alias(UNUSABLE))
-    good = flagged.filter(~pl.col(UNUSABLE)).select(SOURCE_ROW, *values)
-    bad = flagged.filter(pl.col(UNUSABLE)).select(
-        SOURCE_ROW,
-        pl.lit(source_file).alias(SOURCE_FILE),
-        *(pl.col(c).cast(pl.String) for c in present),
-        reason.cast(pl.String).alias(REASON),
-    )
+    good, bad = usable_and_rejected(frame, spec, options.case, require_label, source_file, distinct)
 
     duplicates = 0
     if not options.drop_duplicates:

@@ -13,17 +13,19 @@ import json
 import logging
 import tempfile
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import joblib
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import scipy.sparse
 
-from account_tax.data.clean import CleanSettings, clean
+from account_tax.data.clean import CleanSettings, usable_and_rejected
 from account_tax.data.features import LABEL_MAP, FeatureSettings, derived_columns, postable_mask
-from account_tax.data.ingest import ingest
+from account_tax.data.ingest import SOURCE_FILE_KEY, ingest
 from account_tax.data.serialize import ID, TEXT, SerializeSettings, read_labels, text_expression
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
@@ -46,6 +48,7 @@ from account_tax.evaluation.tables import (
     top_k_columns,
 )
 from account_tax.io import parquet_rows, sha256_file, write_parquet
+from account_tax.progress import progress_bar
 from account_tax.settings import SOURCE_ROW, SectionView
 from account_tax.storage.manifest import content_sha256
 from account_tax.training.evidence import INDEX_DIR, RECORDS, EvidenceIndex, Vectors
@@ -72,8 +75,8 @@ PROVENANCE_COLUMNS = (CANDIDATE, MODEL_SHA256, BASELINE_SHA256, TRAINING_RUN_ID,
 """The columns of `Provenance`'s fields, in their order."""
 BATCH_SIZE = 64
 """Texts per inference batch."""
-CHUNK_ROWS = 8192
-"""Rows scored at a time; each chunk is sorted by length into batches."""
+PART_FILES = ("predictions", "rejects", "review")
+"""The files of a shard's part, in `PredictPaths`' order."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,8 @@ class PredictSettings(SectionView):
     inputs: dict[str, str]
     top_k: int
     evidence_k: int
+    shards: int
+    chunk_rows: int
 
 
 @dataclass(frozen=True)
@@ -98,34 +103,6 @@ def record_columns(spec: DataSpec) -> list[str]:
     data.corrections can add to the ledger. A column named like one of predict's is left out."""
     own = {SOURCE_ROW, ID, TEXT, DECISION, AUTO_THRESHOLD, *PREDICTION_COLUMNS, *PROVENANCE_COLUMNS}
     return [c for c in spec.columns if c != spec.label and c not in own]
-
-
-def serialized_records(
-    source: Path, spec: DataSpec, config: dict[str, Any], rejects: Path, work_dir: Path
-) -> pl.DataFrame:
-    """`source_row`, `id`, `text`, the label (when the file has one) and the record's columns as
-    read (`record_columns`) of every usable row."""
-    # Labels are optional here, and one outside the training classes is no reason to reject.
-    spec = dataclasses.replace(spec, classes=None)
-    records, cleaned = work_dir / "records.parquet", work_dir / "clean.parquet"
-    ingest(spec, records, source, require_label=False)
-    # A record is predicted even when it repeats another.
-    options = dataclasses.replace(CleanSettings.of(config["clean"]), drop_duplicates=False)
-    clean(records, spec, cleaned, rejects, options, require_label=False)
-    featured = pl.scan_parquet(cleaned).with_columns(
-        derived_columns(spec, FeatureSettings.of(config["features"]))
-    )
-    schema = featured.collect_schema()
-    serialized = featured.select(
-        SOURCE_ROW,
-        pl.col(spec.id or SOURCE_ROW).cast(pl.String).alias(ID),
-        text_expression(schema, SerializeSettings.of(config["serialize"])).alias(TEXT),
-        pl.col(spec.label),
-    )
-    as_read = pl.scan_parquet(records).select(
-        SOURCE_ROW, *(pl.col(c).cast(pl.String) for c in record_columns(spec))
-    )
-    return serialized.join(as_read, on=SOURCE_ROW, how="left", maintain_order="left").collect()
 
 
 @dataclass(frozen=True)
@@ -259,60 +236,176 @@ def scored_columns(
     return columns + candidate.evidence(scored, predicted, evidence_k)
 
 
-def predict_records(
-    source: Path,
-    spec: DataSpec,
-    config: dict[str, Any],
-    candidate: Candidate,
-    paths: PredictPaths,
-    provenance: Provenance,
-    *,
-    k: int,
-    evidence_k: int,
-) -> dict[str, int]:
-    """Write the calibrated top-k classes of every usable row of `source` from the candidate
-    evaluate chose, the evidence for each suggestion (its `evidence_k` nearest training records;
-    see `account_tax.evaluation.evidence`), its decision (`auto` at or above that candidate's
-    auto-post threshold unless the record is novel, else `review`) and its provenance; the rows
-    to review, least confident first, to their own file; return the counts."""
-    with tempfile.TemporaryDirectory(prefix="predict-") as work_dir:
-        records = serialized_records(source, spec, config, paths.rejects, Path(work_dir))
-        rows_in = parquet_rows(Path(work_dir) / "records.parquet")
-    texts = records[TEXT].to_list()
-    # Chunks of rows: the [rows, classes] probabilities are never held for the whole file. An
-    # empty chunk first, so that no rows still give every column its type.
-    chunks = [scored_columns(candidate, [], k, evidence_k)]
-    for start in range(0, len(texts), CHUNK_ROWS):
-        chunks.append(scored_columns(candidate, texts[start : start + CHUNK_ROWS], k, evidence_k))
-        log.info("predict: %d of %d rows scored", min(start + CHUNK_ROWS, len(texts)), len(texts))
-    predicted = [pl.concat(columns) for columns in zip(*chunks, strict=True)]
-    threshold = candidate.shipped.threshold
-    # The decision follows the confidence as written (float32), so a reader re-checking a row
-    # against the threshold always agrees with it.
-    confidence = next(column for column in predicted if column.name == CONFIDENCE).to_numpy()
-    novel = next(column for column in predicted if column.name == NOVEL).to_numpy()
-    predictions = records.with_columns(
-        *(column for column in predicted if column.name in PREDICTION_COLUMNS),
-        pl.Series(DECISION, decisions(confidence, threshold, novel), dtype=pl.String),
-        pl.lit(threshold, dtype=pl.Float64).alias(AUTO_THRESHOLD),
-        *(
-            pl.lit(value, dtype=pl.String).alias(column)
-            for column, value in zip(
-                PROVENANCE_COLUMNS, dataclasses.astuple(provenance), strict=True
-            )
-        ),
-    )
-    write_parquet(predictions, paths.predictions)
-    to_review = predictions.filter(pl.col(DECISION) == REVIEW).sort(CONFIDENCE)
-    write_parquet(to_review, paths.review)
+class Predictor:
+    """Ingest's rows in, a chunk at a time, and their predictions and rejects out: clean,
+    features and serialize as in training, then the candidate's top-k, the evidence, the
+    decision and the provenance. Row by row, so the file path (`predict_records`, each shard of
+    the rule) and the served model give the same answers for the same chunks."""
+
+    def __init__(
+        self,
+        spec: DataSpec,
+        config: dict[str, Any],
+        candidate: Candidate,
+        provenance: Provenance,
+        *,
+        k: int,
+        evidence_k: int,
+        chunk_rows: int,
+    ) -> None:
+        # Labels are optional here, and one outside the training classes is no reason to reject.
+        self.spec = dataclasses.replace(spec, classes=None)
+        self.case = CleanSettings.of(config["clean"]).case
+        self.derived = derived_columns(self.spec, FeatureSettings.of(config["features"]))
+        self.serialize = SerializeSettings.of(config["serialize"])
+        self.candidate, self.provenance = candidate, provenance
+        self.k, self.evidence_k, self.chunk_rows = k, evidence_k, chunk_rows
+
+    def serialized(
+        self, records: pl.DataFrame, source_file: str
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """`records`' usable rows as `source_row`, `id`, `text`, the label (null when the
+        records have none) and their own columns as read (`record_columns`), in their order;
+        and the rejected rows (see `usable_and_rejected`; they name `source_file`)."""
+        usable, rejected = usable_and_rejected(
+            records.lazy(), self.spec, self.case, False, source_file, {}
+        )
+        featured = usable.with_columns(self.derived)
+        serialized = featured.select(
+            SOURCE_ROW,
+            pl.col(self.spec.id or SOURCE_ROW).cast(pl.String).alias(ID),
+            text_expression(featured.collect_schema(), self.serialize).alias(TEXT),
+            pl.col(self.spec.label),
+        )
+        as_read = records.lazy().select(
+            SOURCE_ROW, *(pl.col(c).cast(pl.String) for c in record_columns(self.spec))
+        )
+        rows = serialized.join(as_read, on=SOURCE_ROW, how="left", maintain_order="left")
+        return rows.collect(), rejected.collect()
+
+    def predict(self, records: pl.DataFrame, source_file: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The predictions of `records`' usable rows, in their order, and the rejected rows."""
+        rows, rejected = self.serialized(records, source_file)
+        predicted = scored_columns(self.candidate, rows[TEXT].to_list(), self.k, self.evidence_k)
+        threshold = self.candidate.shipped.threshold
+        # The decision follows the confidence as written (float32), so a reader re-checking a
+        # row against the threshold always agrees with it.
+        confidence = next(column for column in predicted if column.name == CONFIDENCE).to_numpy()
+        novel = next(column for column in predicted if column.name == NOVEL).to_numpy()
+        predictions = rows.with_columns(
+            *(column for column in predicted if column.name in PREDICTION_COLUMNS),
+            pl.Series(DECISION, decisions(confidence, threshold, novel), dtype=pl.String),
+            pl.lit(threshold, dtype=pl.Float64).alias(AUTO_THRESHOLD),
+            *(
+                pl.lit(value, dtype=pl.String).alias(column)
+                for column, value in zip(
+                    PROVENANCE_COLUMNS, dataclasses.astuple(self.provenance), strict=True
+                )
+            ),
+        )
+        return predictions, rejected
+
+
+def chunk_range(rows: int, chunk_rows: int, shard: int, shards: int) -> range:
+    """The first rows of the chunks (`chunk_rows` each) that shard `shard` of `shards` predicts:
+    consecutive chunks, as even a share as whole chunks allow. A shard ends where a chunk ends,
+    so that every shard's batches, and thus its values to the last digit, are the unsharded
+    run's."""
+    chunks = -(-rows // chunk_rows)
+    first, last = shard * chunks // shards, (shard + 1) * chunks // shards
+    return range(first * chunk_rows, last * chunk_rows, chunk_rows)
+
+
+class PartWriter:
+    """Frames appended to one Parquet file as they come (a row group each), so that no more than
+    a chunk is held; the first frame's schema is the file's."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path, self.writer = path, None
+
+    def write(self, frame: pl.DataFrame) -> None:
+        table = frame.to_arrow()
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, table.schema, compression="zstd")
+        self.writer.write_table(table.cast(self.writer.schema))
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def predict_part(
+    records: Path, predictor: Predictor, paths: PredictPaths, shard: int = 0, shards: int = 1
+) -> None:
+    """Predict shard `shard` of `shards` of ingest's rows in `records` (`chunk_range`), a chunk
+    at a time, into `paths`: its predictions and rejects in row order, its rows to review
+    unsorted (`gather_parts` sorts them)."""
+    source_file = pl.read_parquet_metadata(records).get(SOURCE_FILE_KEY, str(records))
+    rows = parquet_rows(records)
+    size = predictor.chunk_rows
+    starts = chunk_range(rows, size, shard, shards)
+    scan = pl.scan_parquet(records)
+    writers = [PartWriter(path) for path in dataclasses.astuple(paths)]
+    try:
+        # No rows first, so that every file has every column with its type, even when empty.
+        chunks = chain([scan.head(0)], (scan.slice(start, size) for start in starts))
+        bar = progress_bar(total=min(rows, starts.stop) - starts.start, unit="rows", desc="predict")
+        for chunk in chunks:
+            records_chunk = chunk.collect()
+            predictions, rejected = predictor.predict(records_chunk, source_file)
+            to_review = predictions.filter(pl.col(DECISION) == REVIEW)
+            for writer, frame in zip(writers, (predictions, rejected, to_review), strict=True):
+                writer.write(frame)
+            bar.update(records_chunk.height)
+        bar.close()
+    finally:
+        for writer in writers:
+            writer.close()
+
+
+def gather_parts(parts: list[PredictPaths], records: Path, paths: PredictPaths) -> dict[str, int]:
+    """The parts' predictions and rejects, one after the other, to `paths`; their rows to review,
+    least confident first (ties in row order), to `paths.review`; return the counts, checked
+    against ingest's rows in `records`."""
+    for target, sources in zip(
+        dataclasses.astuple(paths), zip(*map(dataclasses.astuple, parts), strict=True), strict=True
+    ):
+        frame = pl.scan_parquet(list(sources))
+        if target == paths.review:
+            frame = frame.sort(CONFIDENCE, SOURCE_ROW)
+        write_parquet(frame, target)
     counts = {
-        "rows_in": rows_in,
-        "predicted": predictions.height,
-        "auto": predictions.height - to_review.height,
-        "review": to_review.height,
+        "rows_in": parquet_rows(records),
+        "predicted": parquet_rows(paths.predictions),
+        "review": parquet_rows(paths.review),
         "rejected": parquet_rows(paths.rejects),
     }
+    counts["auto"] = counts["predicted"] - counts["review"]
     if counts["rows_in"] != counts["predicted"] + counts["rejected"]:
         raise AssertionError(f"predict lost rows: {counts}")
-    log.info("predict: %s (auto-post threshold %s)", counts, threshold)
+    log.info("predict: %s", counts)
     return counts
+
+
+def ingest_records(source: Path, spec: DataSpec, records: Path) -> int:
+    """Ingest new records (`source`) to `records`, labels optional; return the row count."""
+    return ingest(spec, records, source, require_label=False)
+
+
+def predict_records(
+    source: Path, predictor: Predictor, paths: PredictPaths, shards: int = 1
+) -> dict[str, int]:
+    """Predict every row of `source` (see `Predictor`) in one process: its predictions, its rows
+    to review (least confident first) and its rejects to `paths`, and return the counts. The
+    rule runs the same steps as jobs of their own (ingest, `shards` parts, gather)."""
+    with tempfile.TemporaryDirectory(prefix="predict-") as work:
+        records = Path(work) / "records.parquet"
+        ingest_records(source, predictor.spec, records)
+        parts = [
+            PredictPaths(*(Path(work) / f"{shard}-{name}.parquet" for name in PART_FILES))
+            for shard in range(shards)
+        ]
+        for shard, part in enumerate(parts):
+            predict_part(records, predictor, part, shard, shards)
+        return gather_parts(parts, records, paths)

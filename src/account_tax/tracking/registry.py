@@ -55,11 +55,10 @@ from account_tax.evaluation.evidence import EVIDENCE_SPACE
 from account_tax.evaluation.predict import (
     BATCH_SIZE,
     Candidate,
-    PredictPaths,
+    Predictor,
     PredictSettings,
     Provenance,
     load_shipped,
-    predict_records,
 )
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, LABEL, PREDICTED_LABEL, TOP_K_LABELS
@@ -150,16 +149,24 @@ class PredictionModel(mlflow.pyfunc.PythonModel):
         self.config = spec["config"]
         self.spec = DataSpec.from_config(self.config)
         self.columns = input_columns(self.spec)
-        self.provenance = Provenance(**spec["provenance"])
-        self.top_k, self.evidence_k = spec["top_k"], spec["evidence_k"]
+        provenance = Provenance(**spec["provenance"])
         baseline = context.artifacts.get("baseline")
         evidence = context.artifacts.get("baseline_evidence")
-        self.candidate = Candidate(
+        candidate = Candidate(
             Path(context.artifacts["model"]),
             Path(baseline) if baseline else None,
             ShippedCandidate.from_dict(spec["shipped"]),
             spec["batch_size"],
             Path(evidence) if evidence else None,
+        )
+        self.predictor = Predictor(
+            self.spec,
+            self.config,
+            candidate,
+            provenance,
+            k=spec["top_k"],
+            evidence_k=spec["evidence_k"],
+            chunk_rows=spec["chunk_rows"],
         )
 
     def predict(
@@ -169,51 +176,38 @@ class PredictionModel(mlflow.pyfunc.PythonModel):
         params: dict[str, Any] | None = None,
     ) -> pd.DataFrame:
         check_request(model_input, self.columns)
-        with tempfile.TemporaryDirectory(prefix="account-tax-serve-") as scratch:
-            try:
-                return self.predict_checked(model_input, Path(scratch))
-            except DataError as error:
-                # Said of the request, not of the server's scratch file.
-                raise RefusedRequest(str(error).replace(str(scratch), "the request")) from None
-            except Exception:
-                log.exception("prediction failed")
-                raise RefusedRequest(
-                    "prediction failed on the server; its log has the details", INTERNAL_ERROR
-                ) from None
-
-    def predict_checked(self, model_input: pd.DataFrame, folder: Path) -> pd.DataFrame:
-        # The records as a CSV file: `predict`'s own parsing, and its reject reasons.
-        source = folder / "records.csv"
-        as_text(model_input).write_csv(
-            source,
-            separator=self.spec.csv_separator,
-            null_value=(self.spec.null_values or ("",))[0],
-        )
-        paths = PredictPaths(*(folder / f"{name}.parquet" for name in ("out", "rej", "rev")))
-        predict_records(
-            source,
-            self.spec,
-            self.config,
-            self.candidate,
-            paths,
-            self.provenance,
-            k=self.top_k,
-            evidence_k=self.evidence_k,
-        )
-        return served_frame(
-            pl.read_parquet(paths.predictions), pl.read_parquet(paths.rejects), self.spec
-        ).to_pandas()
+        try:
+            # In memory, through the code `predict` runs on each chunk of a file, in chunks of
+            # the same size: the same batches, so the same values.
+            records = request_records(model_input, self.spec)
+            parts = [
+                self.predictor.predict(chunk, "the request")
+                for chunk in records.iter_slices(self.predictor.chunk_rows)
+            ]
+            predictions, rejected = (pl.concat(frames) for frames in zip(*parts, strict=True))
+        except DataError as error:
+            raise RefusedRequest(str(error)) from None
+        except Exception:
+            log.exception("prediction failed")
+            raise RefusedRequest(
+                "prediction failed on the server; its log has the details", INTERNAL_ERROR
+            ) from None
+        return served_frame(predictions, rejected, self.spec).to_pandas()
 
 
-def as_text(records: pd.DataFrame) -> pl.DataFrame:
-    """Every value as the text a CSV cell would hold; missing values stay missing."""
-    return pl.DataFrame(
-        {
-            str(column): [None if pd.isna(value) else str(value) for value in records[column]]
-            for column in records.columns
-        },
-        schema={str(column): pl.String for column in records.columns},
-    )
+def request_records(records: pd.DataFrame, spec: DataSpec) -> pl.DataFrame:
+    """A request's records as ingest reads them from a CSV file: every value as the text a cell
+    would hold, a configured null value (`data.null_values`) missing, and `source_row` counting
+    from 1."""
+    columns = {
+        str(column): [None if pd.isna(value) else str(value) for value in records[column]]
+        for column in records.columns
+    }
+    frame = pl.DataFrame(columns, schema=dict.fromkeys(columns, pl.String))
+    missing = list(spec.null_values)
+    return frame.with_columns(
+        pl.when(pl.col(c).is_in(missing)).then(None).otherwise(pl.col(c)).alias(c) for c in columns
+    ).with_row_index(SOURCE_ROW, offset=1)
 
 
 def served_frame(predictions: pl.DataFrame, rejects: pl.DataFrame, spec: DataSpec) -> pl.DataFrame:
@@ -294,6 +288,7 @@ def save_prediction_model(
                     "provenance": dataclasses.asdict(provenance),
                     "top_k": predict.top_k,
                     "evidence_k": predict.evidence_k,
+                    "chunk_rows": predict.chunk_rows,
                     "batch_size": batch_size,
                 },
                 indent=1,
