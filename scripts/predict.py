@@ -23,6 +23,7 @@ from account_tax.evaluation.predict import (
     load_shipped,
     predict_part,
 )
+from account_tax.evaluation.runtime_check import checked_onnx_model
 
 
 def main() -> None:
@@ -42,6 +43,9 @@ def main() -> None:
         help="evaluate's metrics: the candidate to use and its auto-post threshold",
     )
     parser.add_argument("--model-receipt", type=Path, help="the model's upload receipt")
+    parser.add_argument(
+        "--onnx", type=Path, help="the exported ONNX model and its check (predict.runtime)"
+    )
     parser.add_argument("--predictions", type=Path, required=True, help="predictions Parquet")
     parser.add_argument("--rejects", type=Path, required=True, help="rejected rows Parquet")
     parser.add_argument("--review", type=Path, required=True, help="rows to review Parquet")
@@ -58,7 +62,12 @@ def main() -> None:
     )
     options = PredictSettings.of(args.settings["predict"])
     candidate = Candidate(
-        args.model, args.baseline_model, shipped, args.batch_size, args.baseline_evidence
+        args.model,
+        args.baseline_model,
+        shipped,
+        args.batch_size,
+        args.baseline_evidence,
+        checked_onnx_model(args.onnx) if args.onnx else None,
     )
     predictor = Predictor(
         DataSpec.from_config(args.settings),

@@ -30,6 +30,9 @@ def main() -> None:
         "--test-records", type=Path, required=True, help="raw test records (input example)"
     )
     parser.add_argument("--model-receipt", type=Path, help="the model's upload receipt")
+    parser.add_argument(
+        "--onnx", type=Path, help="the exported ONNX model and its check (predict.runtime)"
+    )
     parser.add_argument("--pyproject", type=Path, required=True, help="the pinned requirements")
     parser.add_argument("--output", type=Path, required=True, help="what was registered (JSON)")
     parser.add_argument("--summary", type=Path, required=True, help="the same, as HTML")
@@ -44,6 +47,7 @@ def main() -> None:
         args.test_predictions,
         args.test_records,
         args.model_receipt,
+        args.onnx,
         args.pyproject,
         args.output,
         args.summary,

@@ -34,9 +34,11 @@ from account_tax.evaluation.predict import (
     Candidate,
     Predictor,
     PredictPaths,
+    PredictSettings,
     Provenance,
     predict_records,
 )
+from account_tax.evaluation.runtime_check import check_runtime, checked_onnx_model
 from account_tax.evaluation.shipped import read_shipped
 from account_tax.io import sha256_file
 from account_tax.ports import free_ports
@@ -44,6 +46,7 @@ from account_tax.settings import complete
 from account_tax.storage.manifest import content_sha256
 from account_tax.training.evidence import EvidenceIndex
 from account_tax.training.inference import load_classifier, score_texts
+from account_tax.training.onnx_model import export_onnx
 
 pytestmark = pytest.mark.workflow
 pytest_plugins = ["s3_fixtures"]
@@ -348,8 +351,8 @@ def test_shards_gathered_equal_one_job_row_for_row(trained, tmp_path):
     """The ledger (65 rows, 2 unusable without the label's check) predicted in shards of whole
     chunks and gathered gives the files of one job, to the last bit: the predictions and rejects
     in input order, the rows to review least confident first, ties in input order (with no
-    auto-post threshold every row is to review); more shards than chunks leaves some shards empty. The
-    counts add up."""
+    auto-post threshold every row is to review); more shards than chunks leaves some shards
+    empty. The counts add up."""
     workdir, config, *_ = trained
     settings = complete(config)
     model, baseline = workdir / "results/train/segment-2/model", workdir / "results/baseline"
@@ -1060,3 +1063,66 @@ def test_a_warm_start_from_the_champion_keeps_its_ids_and_learns_the_corrections
     metrics = json.loads((copy / "results/train/segment-2/metrics.json").read_text())
     assert metrics["epochs"] == 2
     assert metrics["train_rows"] == len(new) + info["head_init"]["replayed_rows"]
+
+
+def test_an_onnx_model_that_passes_its_check_predicts_as_pytorch_does(trained, tmp_path):
+    """`predict.runtime: onnx`: the export_onnx rule exports the fine-tuned model and checks it
+    on the validation split against PyTorch; it passes (every suggestion the same, the calibration
+    error within 0.005), so the fine-tuned candidate scores with ONNX Runtime: the same
+    suggestions as with PyTorch, probabilities and evidence similarities within bf16's
+    rounding."""
+    workdir, config, _, server = trained
+    config = config | {"predict": config["predict"] | {"runtime": "onnx"}}
+    result = snakemake(workdir, "results/predict/new.parquet", config=config, env=server.env())
+    assert {"export_onnx", "predict_shard", "predict"} <= set(jobs_run(result))
+    folder = workdir / "results/export_onnx"
+    check = json.loads((folder / "check.json").read_text())
+    validation = pl.read_parquet(workdir / "results/serialize/validation.parquet")
+    assert check["rows"] == validation.height and check["runtime"] == "onnx"
+    assert check["top1_agreement"] == 1.0 and check["ece_change"] <= 0.005 and check["passed"]
+    assert check["embedding_cosine_min"] > 0.99
+    settings = complete(config)
+    model, baseline = workdir / "results/train/segment-2/model", workdir / "results/baseline"
+    shipped = read_shipped(workdir / "results/evaluate/metrics.json")
+    outputs = []
+    for onnx_model in (None, checked_onnx_model(folder)):
+        candidate = Candidate(
+            model,
+            baseline / "model.joblib",
+            dataclasses.replace(shipped, candidate="fine-tuned"),
+            baseline_evidence=baseline / "evidence",
+            onnx_model=onnx_model,
+        )
+        predictor = Predictor(
+            DataSpec.from_config(settings),
+            settings,
+            candidate,
+            Provenance("fine-tuned", "sha", None, None, None),
+            k=3,
+            evidence_k=3,
+            chunk_rows=64,
+        )
+        paths = PredictPaths(*(tmp_path / f"{onnx_model}-{name}.parquet" for name in PART_FILES))
+        predict_records(workdir / "ledger.csv", predictor, paths)
+        outputs.append(pl.read_parquet(paths.predictions))
+    with_torch, with_onnx = outputs
+    for column in ("predicted_label", "top_k_labels"):
+        assert with_onnx[column].to_list() == with_torch[column].to_list(), column
+    assert np.allclose(with_onnx["confidence"], with_torch["confidence"], atol=2e-2)
+    # The evidence: the same similarities (near-ties among the tiny model's records may swap).
+    similarities = [np.stack(frame["evidence_similarities"].to_list()) for frame in outputs]
+    assert np.allclose(*similarities, atol=2e-2)
+
+
+def test_an_int8_onnx_model_is_smaller_and_judged_by_the_same_check(trained, tmp_path):
+    workdir, *_ = trained
+    model = workdir / "results/train/segment-2/model"
+    exported = {runtime: tmp_path / f"{runtime}.onnx" for runtime in ("onnx", "onnx-int8")}
+    for runtime, path in exported.items():
+        export_onnx(model, path, runtime)
+    assert exported["onnx-int8"].stat().st_size < exported["onnx"].stat().st_size
+    settings = PredictSettings.of({"runtime": "onnx-int8"})
+    validation = workdir / "results/serialize/validation.parquet"
+    record = check_runtime(model, exported["onnx-int8"], validation, settings, 64, 1)
+    assert 0 <= record["top1_agreement"] <= 1 and record["ece_change"] >= 0
+    assert record["passed"] == (record["top1_agreement"] >= 0.995 and record["ece_change"] <= 0.005)

@@ -73,6 +73,9 @@ wildcard_constraints:
     split="|".join(SPLITS),
     segment=r"\d+",
     trial=r"[^/]+",
+    # A name of predict.inputs: its shards' files lie in a folder of that name.
+    name=r"[^/]+",
+    shard=r"\d+",
 
 
 def settings(*sections):
@@ -316,6 +319,8 @@ def predict_inputs(wildcards):
     }
     if config["upload"]["enabled"]:
         inputs["model_receipt"] = "results/upload/model.json"
+    if config["predict"]["runtime"] != "torch":
+        inputs["onnx"] = "results/export_onnx"
     return inputs
 
 
@@ -332,6 +337,8 @@ def register_inputs(wildcards):
     }
     if config["upload"]["enabled"]:
         inputs["model_receipt"] = "results/upload/model.json"
+    if config["predict"]["runtime"] != "torch":
+        inputs["onnx"] = "results/export_onnx"
     return inputs
 
 

@@ -100,6 +100,36 @@ rule evaluate:
         " {params.paths} --threads {threads} --tracking {params.tracking} > {log} 2>&1"
 
 
+rule export_onnx:
+    input:
+        model=f"{TRAINED}/model",
+        validation="results/serialize/validation.parquet",
+    output:
+        output=directory("results/export_onnx"),
+    log:
+        "logs/export_onnx.log",
+    benchmark:
+        "benchmarks/export_onnx.tsv"
+    conda:
+        "../../envs/train.yaml"
+    container:
+        "containers/train.sif"
+    threads: 2
+    params:
+        script=script("export_onnx"),
+        code=code_sha256("export_onnx"),
+        tracking=RUN_FILE,
+        settings=settings(
+            "predict.runtime",
+            "predict.runtime_min_agreement",
+            "predict.runtime_max_ece_change",
+        ),
+        paths=path_options(),
+    shell:
+        "OMP_NUM_THREADS={threads} python {params.script} --settings {params.settings:q}"
+        " {params.paths} --threads {threads} --tracking {params.tracking} > {log} 2>&1"
+
+
 rule predict_ingest:
     input:
         input=lambda wildcards: config["predict"]["inputs"][wildcards.name],
@@ -133,8 +163,6 @@ rule predict_shard:
         "logs/predict/{name}/shard-{shard}.log",
     benchmark:
         "benchmarks/predict/{name}/shard-{shard}.tsv"
-    wildcard_constraints:
-        shard=r"\d+",
     conda:
         "../../envs/train.yaml"
     container:

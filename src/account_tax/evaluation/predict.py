@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -22,6 +23,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import scipy.sparse
+import torch
 
 from account_tax.data.clean import CleanSettings, usable_and_rejected
 from account_tax.data.features import LABEL_MAP, FeatureSettings, derived_columns, postable_mask
@@ -53,7 +55,8 @@ from account_tax.settings import SOURCE_ROW, SectionView
 from account_tax.storage.manifest import content_sha256
 from account_tax.training.evidence import INDEX_DIR, RECORDS, EvidenceIndex, Vectors
 from account_tax.training.inference import load_classifier, model_temperature, score_texts
-from account_tax.training.model import read_training_info
+from account_tax.training.model import load_tokenizer, read_training_info
+from account_tax.training.onnx_model import OnnxScorer
 from account_tax.training.temperature import softmax
 
 log = logging.getLogger(__name__)
@@ -88,6 +91,9 @@ class PredictSettings(SectionView):
     evidence_k: int
     shards: int
     chunk_rows: int
+    runtime: str
+    runtime_min_agreement: float
+    runtime_max_ece_change: float
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,21 @@ class Scored:
     features: scipy.sparse.csr_matrix | None
 
 
+def model_scorer(
+    model_dir: Path, batch_size: int, onnx_model: Path | None
+) -> Callable[[list[str]], tuple[np.ndarray, np.ndarray]]:
+    """Texts to the fine-tuned model's logits and pooled embeddings (`score_texts`): in PyTorch,
+    or in ONNX Runtime with `onnx_model` (one that passed its check, see `runtime_check`)."""
+    max_length = read_training_info(model_dir)["settings"]["max_length"]
+    if onnx_model is not None:
+        log.info("scoring with ONNX Runtime: %s", onnx_model)
+        tokenizer = load_tokenizer(model_dir)
+        session = OnnxScorer(onnx_model, torch.get_num_threads())
+        return lambda texts: session.score_texts(tokenizer, texts, batch_size, max_length)
+    model, tokenizer, _ = load_classifier(model_dir)
+    return lambda texts: score_texts(model, tokenizer, texts, batch_size, max_length)
+
+
 class Candidate:
     """The candidate evaluate chose (see `choose_candidate`): the fine-tuned model, the baseline,
     or their mix, loaded once with its evidence index (the model's for the model and the mix,
@@ -160,19 +181,18 @@ class Candidate:
         shipped: ShippedCandidate,
         batch_size: int = BATCH_SIZE,
         baseline_evidence: Path | None = None,
+        onnx_model: Path | None = None,
     ) -> None:
         self.labels = read_labels(model_dir / LABEL_MAP)
         self.postable = postable_mask(model_dir / LABEL_MAP)
         self.shipped = shipped
-        self.batch_size = batch_size
-        self.model = self.pipeline = None
+        self.scorer = self.pipeline = None
         if shipped.candidate != BASELINE:
-            self.model = load_classifier(model_dir)
-            self.max_length = read_training_info(model_dir)["settings"]["max_length"]
+            self.scorer = model_scorer(model_dir, batch_size, onnx_model)
             self.temperature = model_temperature(model_dir)
         if shipped.candidate != MODEL:
             self.pipeline = joblib.load(baseline_model)
-        index_dir = model_dir / INDEX_DIR if self.model is not None else baseline_evidence
+        index_dir = model_dir / INDEX_DIR if self.scorer is not None else baseline_evidence
         if index_dir is None or not (index_dir / RECORDS).is_file():
             raise DataError(
                 f"{index_dir or 'the baseline'}: no evidence index; the model (or baseline) was "
@@ -185,10 +205,8 @@ class Candidate:
         """The calibrated probabilities, the accounts that take no postings at 0 in each part as
         evaluate scores them (`postable_only`), and the texts' vectors."""
         model_probabilities = baseline_probabilities = embeddings = features = None
-        if self.model is not None:
-            logits, embeddings = score_texts(
-                self.model.model, self.model.tokenizer, texts, self.batch_size, self.max_length
-            )
+        if self.scorer is not None:
+            logits, embeddings = self.scorer(texts)
             calibrated = softmax(logits, self.temperature)
             model_probabilities = postable_only(calibrated, self.postable).astype(np.float32)
         if self.pipeline is not None:
@@ -200,7 +218,7 @@ class Candidate:
             baseline_probabilities = postable_only(calibrated, self.postable)
         if self.pipeline is None:
             return Scored(model_probabilities, embeddings, None)
-        if self.model is None:
+        if self.scorer is None:
             return Scored(baseline_probabilities, features, features)
         mixed = ensemble_logits(
             model_probabilities, baseline_probabilities, self.shipped.ensemble_weight

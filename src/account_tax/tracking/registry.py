@@ -60,6 +60,7 @@ from account_tax.evaluation.predict import (
     Provenance,
     load_shipped,
 )
+from account_tax.evaluation.runtime_check import checked_onnx_model
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, LABEL, PREDICTED_LABEL, TOP_K_LABELS
 from account_tax.io import PACKAGE_PREFIX, sha256_file, write_json
@@ -152,12 +153,14 @@ class PredictionModel(mlflow.pyfunc.PythonModel):
         provenance = Provenance(**spec["provenance"])
         baseline = context.artifacts.get("baseline")
         evidence = context.artifacts.get("baseline_evidence")
+        onnx_model = context.artifacts.get("onnx")
         candidate = Candidate(
             Path(context.artifacts["model"]),
             Path(baseline) if baseline else None,
             ShippedCandidate.from_dict(spec["shipped"]),
             spec["batch_size"],
             Path(evidence) if evidence else None,
+            Path(onnx_model) if onnx_model else None,
         )
         self.predictor = Predictor(
             self.spec,
@@ -274,8 +277,10 @@ def save_prediction_model(
     pyproject: Path,
     predict: PredictSettings,
     batch_size: int,
+    onnx_model: Path | None = None,
 ) -> None:
-    """Write the pyfunc model into `folder` (which must not exist)."""
+    """Write the pyfunc model into `folder` (which must not exist); with `onnx_model` (one that
+    passed its check) the fine-tuned model is scored in ONNX Runtime, as predict scores it."""
     records = record_config(config)
     spec = DataSpec.from_config(records)
     with tempfile.TemporaryDirectory(prefix="register-") as scratch:
@@ -304,6 +309,8 @@ def save_prediction_model(
             artifacts["baseline"] = str(baseline_model)
         if EVIDENCE_SPACE[shipped.candidate] == BASELINE:
             artifacts["baseline_evidence"] = str(baseline_evidence)
+        if onnx_model is not None and shipped.candidate != BASELINE:
+            artifacts["onnx"] = str(onnx_model)
         info = read_training_info(model_dir)
         example = input_example(test_records, spec)
         # The output schema from the model's own answer to the example; no input schema: the
@@ -464,6 +471,7 @@ class RegisterPaths:
     test_predictions: Path
     test_records: Path
     model_receipt: Path | None
+    onnx: Path | None
     pyproject: Path
     output: Path
     summary: Path
@@ -506,6 +514,7 @@ def register(paths: RegisterPaths, settings: dict[str, Any], tracking: Path) -> 
             pyproject=paths.pyproject,
             predict=PredictSettings.of(settings["predict"]),
             batch_size=BATCH_SIZE,
+            onnx_model=checked_onnx_model(paths.onnx) if paths.onnx else None,
         )
         stored_bytes = folder_bytes(folder)
         # One registration at a time: the champion check and the alias move go together.

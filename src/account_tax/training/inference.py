@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -104,6 +104,38 @@ def predict_logits(
     return score_texts(model, tokenizer, texts, batch_size, max_length)[0]
 
 
+Forward = Callable[[torch.Tensor, torch.Tensor], tuple[np.ndarray, np.ndarray]]
+"""Token ids and attention mask of a batch in, its class logits and pooled embeddings out."""
+
+
+def score_batches(
+    forward: Forward,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    batch_size: int,
+    max_length: int,
+    shape: tuple[int, int],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Class logits, [len(texts), labels], and pooled embeddings, [len(texts), hidden], both
+    float32, rows in the order of `texts`, from `forward` (`shape`: labels and hidden size).
+
+    Batches are formed from length-sorted texts (little padding) and the rows put back in place.
+    """
+    labels, hidden_size = shape
+    logits = np.empty((len(texts), labels), dtype=np.float32)
+    embeddings = np.empty((len(texts), hidden_size), dtype=np.float32)
+    if not texts:
+        return logits, embeddings
+    collate = DataCollatorWithPadding(tokenizer)
+    input_ids = tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
+    order = np.argsort([-len(ids) for ids in input_ids], kind="stable")
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        batch = collate([{"input_ids": input_ids[row]} for row in rows])
+        logits[rows], embeddings[rows] = forward(batch["input_ids"], batch["attention_mask"])
+    return logits, embeddings
+
+
 @torch.inference_mode()
 def score_texts(
     model: torch.nn.Module,
@@ -112,30 +144,19 @@ def score_texts(
     batch_size: int = 64,
     max_length: int = 128,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Class logits, [len(texts), num_labels], and the pooled embeddings the head read,
-    [len(texts), hidden], both float32, rows in the order of `texts`: one forward pass gives the
-    prediction and its place in the evidence index.
-
-    Batches are formed from length-sorted texts (little padding) and the rows put back in place.
-    """
+    """`score_batches` with the PyTorch model: one forward pass gives the prediction and its
+    place in the evidence index."""
     model.eval()
     classifier = model.get_base_model() if isinstance(model, PeftModel) else model
-    hidden_size = classifier.config.hidden_size
-    logits = np.empty((len(texts), classifier.config.num_labels), dtype=np.float32)
-    embeddings = np.empty((len(texts), hidden_size), dtype=np.float32)
-    if not texts:
-        return logits, embeddings
     device = next(model.parameters()).device
-    collate = DataCollatorWithPadding(tokenizer)
-    input_ids = tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
-    order = np.argsort([-len(ids) for ids in input_ids], kind="stable")
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        batch = collate([{"input_ids": input_ids[row]} for row in rows]).to(device)
-        pooled = classifier.embed(batch["input_ids"], batch["attention_mask"])
-        logits[rows] = classifier.classifier(pooled).float().cpu().numpy()
-        embeddings[rows] = pooled.float().cpu().numpy()
-    return logits, embeddings
+
+    def forward(input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        pooled = classifier.embed(input_ids.to(device), attention_mask.to(device))
+        logits = classifier.classifier(pooled)
+        return logits.float().cpu().numpy(), pooled.float().cpu().numpy()
+
+    shape = (classifier.config.num_labels, classifier.config.hidden_size)
+    return score_batches(forward, tokenizer, texts, batch_size, max_length, shape)
 
 
 def predict_probabilities(
