@@ -24,7 +24,12 @@ Sides, each run in its own subprocess, one after the other:
 
 Both clocks start before the model is loaded and stop when the output is written. Peak memory is
 the worker process's high-water mark (`ru_maxrss`): it should stay flat as rows grow on ours,
-which scores the rows in chunks.
+which reads, cleans, scores and writes the rows a chunk (`predict.chunk_rows`) at a time.
+
+`--candidate` makes ours predict with another candidate than the one evaluate shipped (the
+baseline scores about three times faster: it shows the memory at a million rows in a quarter of
+the time); `--runtime` scores the fine-tuned model in ONNX Runtime (`predict.runtime`; exported
+before the clock starts, not checked: see bench/onnx_runtime.py for the check).
 """
 
 from __future__ import annotations
@@ -101,6 +106,12 @@ def run_ours(spec: dict[str, Any], scratch: Path, evidence: bool = True) -> dict
         shipped = dataclasses.replace(shipped, candidate=spec["candidate"])
     model = stage_folder("train", work) / "model"
     baseline = work / "results/baseline/model.joblib"
+    onnx_model = None
+    if spec["runtime"] != "torch":
+        from account_tax.training.onnx_model import export_onnx
+
+        onnx_model = scratch / "model.onnx"
+        export_onnx(model, onnx_model, spec["runtime"])  # once, before the clock starts
     started = time.perf_counter()
     provenance = Provenance.of(shipped.candidate, model, baseline, None)
     paths = PredictPaths(
@@ -110,7 +121,12 @@ def run_ours(spec: dict[str, Any], scratch: Path, evidence: bool = True) -> dict
         DataSpec.from_config(settings),
         settings,
         (Candidate if evidence else WithoutEvidence)(
-            model, baseline, shipped, spec["batch_size"], work / "results/baseline/evidence"
+            model,
+            baseline,
+            shipped,
+            spec["batch_size"],
+            work / "results/baseline/evidence",
+            onnx_model,
         ),
         provenance,
         k=spec["top_k"],
@@ -242,6 +258,12 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=3)
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     parser.add_argument(
+        "--runtime",
+        choices=("torch", "onnx", "onnx-int8"),
+        default="torch",
+        help="where ours scores the fine-tuned model (predict.runtime; exported unchecked)",
+    )
+    parser.add_argument(
         "--candidate",
         choices=("fine-tuned", "baseline", "ensemble"),
         help="predict with this candidate instead of the one evaluate shipped (ours only)",
@@ -276,6 +298,7 @@ def main() -> None:
             "batch_size": args.batch_size,
             "top_k": args.top_k,
             "candidate": args.candidate,
+            "runtime": args.runtime,
             "repeats": dict(zip(map(str, args.rows), repeats, strict=True)),
         },
         "target_ours_over_pipeline_rows_per_s": TARGET,
@@ -293,6 +316,7 @@ def main() -> None:
             "batch_size": args.batch_size,
             "top_k": args.top_k,
             "candidate": args.candidate,
+            "runtime": args.runtime,
         }
         runs: dict[str, list] = {side: [] for side in args.sides}
         for repeat in range(count):
