@@ -406,11 +406,6 @@ def gather_parts(parts: list[PredictPaths], records: Path, paths: PredictPaths) 
     return counts
 
 
-def ingest_records(source: Path, spec: DataSpec, records: Path) -> int:
-    """Ingest new records (`source`) to `records`, labels optional; return the row count."""
-    return ingest(spec, records, source, require_label=False)
-
-
 def predict_records(
     source: Path, predictor: Predictor, paths: PredictPaths, shards: int = 1
 ) -> dict[str, int]:
@@ -419,7 +414,7 @@ def predict_records(
     rule runs the same steps as jobs of their own (ingest, `shards` parts, gather)."""
     with tempfile.TemporaryDirectory(prefix="predict-") as work:
         records = Path(work) / "records.parquet"
-        ingest_records(source, predictor.spec, records)
+        ingest(predictor.spec, records, source, require_label=False)
         parts = [
             PredictPaths(*(Path(work) / f"{shard}-{name}.parquet" for name in PART_FILES))
             for shard in range(shards)
