@@ -16,6 +16,7 @@ import numpy as np
 from account_tax.data.serialize import LABEL_ID, TEXT, read_split
 from account_tax.evaluation.calibration import calibration_metrics
 from account_tax.evaluation.predict import PredictSettings
+from account_tax.training.evidence import unit_rows
 from account_tax.training.inference import load_classifier, model_temperature, score_texts
 from account_tax.training.model import read_training_info
 from account_tax.training.onnx_model import ONNX_MODEL, OnnxScorer
@@ -60,7 +61,7 @@ def check_runtime(
     }
     agreement = float(np.mean(torch_logits.argmax(axis=1) == onnx_logits.argmax(axis=1)))
     ece_change = abs(ece["onnx"] - ece["torch"])
-    cosines = np.sum(unit(torch_pooled) * unit(onnx_pooled), axis=1)
+    cosines = np.sum(unit_rows(torch_pooled) * unit_rows(onnx_pooled), axis=1)
     record = {
         "runtime": settings.runtime,
         "rows": len(texts),
@@ -76,10 +77,6 @@ def check_runtime(
     }
     log.info("runtime check: %s", record)
     return record
-
-
-def unit(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
 def checked_onnx_model(folder: Path) -> Path | None:

@@ -20,8 +20,6 @@ from account_tax.training.inference import load_classifier, score_batches
 log = logging.getLogger(__name__)
 
 ONNX_MODEL = "model.onnx"
-RUNTIMES = ("onnx", "onnx-int8")
-"""`predict.runtime`'s values besides `torch`."""
 INPUTS = ("input_ids", "attention_mask")
 OUTPUTS = ("logits", "pooled")
 
@@ -41,8 +39,8 @@ class ExportedScorer(torch.nn.Module):
 
 
 def export_onnx(model_dir: Path, target: Path, runtime: str) -> None:
-    """Export the model in `model_dir` to `target` (an .onnx file) for `runtime` (`RUNTIMES`):
-    float32, or with int8 weights for `onnx-int8`."""
+    """Export the model in `model_dir` to `target` (an .onnx file) for `runtime`: float32 for
+    `onnx`, int8 weights for `onnx-int8`."""
     model, tokenizer, _ = load_classifier(model_dir, dtype=torch.float32)
     if isinstance(model, PeftModel):
         model = model.merge_and_unload()
