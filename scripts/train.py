@@ -117,7 +117,7 @@ def main() -> None:
             "train",
             numeric,
             [args.metrics, args.history],
-            tags={"stopped": metrics["stopped"]},
+            tags={k: metrics[k] for k in ("stopped", "final_head") if k in metrics},
         )
         log_history(args.tracking, "train", history, HISTORY_SERIES)
 

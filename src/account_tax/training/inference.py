@@ -7,7 +7,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -35,6 +35,8 @@ from account_tax.training.precision import inference_dtype
 from account_tax.training.temperature import fit_temperature, negative_log_likelihood, softmax
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -67,20 +69,34 @@ def load_classifier(
     return Classifier(model.to(device=device, dtype=dtype).eval(), tokenizer, labels)
 
 
-def represent_unseen_classes(
-    model_dir: Path, texts: list[str], rows: np.ndarray, max_length: int
-) -> None:
-    """Rewrite the saved head's rows of the classes without training rows from their texts as
-    the trained model embeds them (see `head_init.embed_classes_without_rows`)."""
+def rewrite_head(
+    model_dir: Path, rewrite: Callable[[torch.nn.Module, PreTrainedTokenizerBase], T]
+) -> T:
+    """Load the saved model, let `rewrite` change its head's rows in place, save it, and return
+    what `rewrite` returned."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     # fp32: the rows written are kept, and a fully trained model is saved whole.
     model, tokenizer, _ = load_classifier(model_dir, device, torch.float32)
-    embed_classes_without_rows(model, tokenizer, texts, rows, max_length)
+    result = rewrite(model, tokenizer)
     model = model.cpu()
     if isinstance(model, PeftModel):
         model.save_pretrained(model_dir)
     else:
         save_full_classifier(model, model_dir)
+    return result
+
+
+def represent_unseen_classes(
+    model_dir: Path, texts: list[str], rows: np.ndarray, max_length: int
+) -> None:
+    """Rewrite the saved head's rows of the classes without training rows from their texts as
+    the trained model embeds them (see `head_init.embed_classes_without_rows`)."""
+    rewrite_head(
+        model_dir,
+        lambda model, tokenizer: embed_classes_without_rows(
+            model, tokenizer, texts, rows, max_length
+        ),
+    )
     log.info("%d class(es) without training rows represented by their text", int(rows.sum()))
 
 

@@ -83,6 +83,7 @@ from account_tax.training.model import (
     resolve_model_dir,
 )
 from account_tax.training.precision import resolve_precision
+from account_tax.training.prototypes import choose_final_head
 from account_tax.training.settings import RUN_ONLY_KEYS, EarlyStoppingSettings, TrainSettings
 from account_tax.training.stop_signals import StopRequest, TrainingStopped, stop_after_step
 from account_tax.training.warm_start import (
@@ -839,19 +840,27 @@ def finish(
 def seal_model(
     run: TrainingRun, settings: TrainSettings, paths: TrainPaths, metrics: dict[str, Any]
 ) -> None:
-    """Rank 0's last touches to the exported model: the classes without rows, the merged
-    adapter, the calibration (its temperature goes into `metrics`), the evidence index and the
-    manifest."""
+    """Rank 0's last touches to the exported model: the classes without rows, the evidence
+    index, the head's final rows (learned or prototypes), the merged adapter, the calibration
+    (its temperature goes into `metrics`) and the manifest."""
     if run.head_init["method"] == "label_text":
         represent_unseen_classes(
             paths.output_dir, class_texts(run.label_map), run.unseen, settings.max_length
         )
-    if settings.merge_adapter:
-        merge_adapter(paths.output_dir, paths.output_dir / "merged")
-    metrics["temperature"] = calibrate_model(paths.output_dir, paths.validation)["temperature"]
+    # The index holds the embeddings only, which the head's rows do not change.
     metrics["evidence_index_seconds"] = build_model_index(
         paths.output_dir, {"train": paths.train, "validation": paths.validation}
     )
+    if settings.final_head != "learned" and settings.head == "cosine":
+        named = any(run.label_map.get("names") or [])
+        texts = class_texts(run.label_map) if named else None
+        choice = choose_final_head(
+            paths.output_dir, settings.final_head, texts, settings.max_length
+        )
+        metrics.update(choice.metrics())
+    if settings.merge_adapter:
+        merge_adapter(paths.output_dir, paths.output_dir / "merged")
+    metrics["temperature"] = calibrate_model(paths.output_dir, paths.validation)["temperature"]
     # Sealed like a checkpoint, so the upload can prove every file of it.
     write_manifest(paths.output_dir, {"model": settings.model})
 

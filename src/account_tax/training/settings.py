@@ -8,7 +8,14 @@ from dataclasses import dataclass
 from account_tax.settings import SectionView
 
 RUN_ONLY_KEYS = frozenset(
-    {"dataloader", "checkpoint_every_steps", "segments", "merge_adapter", "max_minutes"}
+    {
+        "dataloader",
+        "checkpoint_every_steps",
+        "segments",
+        "merge_adapter",
+        "max_minutes",
+        "final_head",
+    }
 )
 """Settings that change how a run goes, not what it computes: a checkpoint stays resumable (a run
 stopped by its time budget goes on from there with a larger one)."""
@@ -75,6 +82,8 @@ class TrainSettings(SectionView):
     seed: int
     head: str
     head_init: str
+    # best, learned or prototypes (see training.prototypes).
+    final_head: str
     # none, champion, or an exported model's folder.
     init_from: str
     warm_start: WarmStartSettings
@@ -95,3 +104,5 @@ class TrainSettings(SectionView):
     def __post_init__(self) -> None:
         if self.merge_adapter and not self.lora.enabled:
             raise ValueError("train.merge_adapter needs train.lora.enabled (no adapter to merge)")
+        if self.final_head == "prototypes" and self.head != "cosine":
+            raise ValueError("train.final_head: prototypes needs train.head: cosine")

@@ -1,0 +1,85 @@
+"""The head's final rows: the classes' prototypes (the mean direction of their training records and
+text as the trained model embeds them) replace the learned rows when asked, or when they score
+higher on validation."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from account_tax.training.evidence import ACCOUNT, INDEX_DIR, EvidenceIndex
+from account_tax.training.head_init import class_texts, embed_texts, text_classifier, trained_head
+from account_tax.training.inference import load_classifier
+from account_tax.training.prototypes import head_scores, prototypes
+from account_tax.training.settings import TrainSettings
+
+
+def test_a_prototype_is_the_mean_direction_of_its_records_and_its_text():
+    vectors = F.normalize(torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 2.0]]), dim=1)
+    texts = torch.tensor([[0.0, 0.0, 3.0], [0.0, 0.0, 0.0], [0.0, 5.0, 0.0]])
+    rows, has = prototypes(vectors, np.array([0, 0, 1]), 4, None)
+    assert torch.allclose(rows[0], F.normalize(torch.tensor([1.0, 1.0, 0.0]), dim=0))
+    assert torch.allclose(rows[1], torch.tensor([0.0, 0.0, 1.0]))
+    assert has.tolist() == [True, True, False, False]
+    with_texts, has = prototypes(vectors, np.array([0, 0, 1]), 3, texts)
+    # The text is one more record, at unit length whatever its norm; a class with a text only
+    # is its text.
+    assert torch.allclose(with_texts[0], F.normalize(torch.tensor([1.0, 1.0, 1.0]), dim=0))
+    assert torch.allclose(with_texts[2], torch.tensor([0.0, 1.0, 0.0]))
+    assert has.tolist() == [True, True, True]
+
+
+def test_a_class_that_takes_no_postings_is_never_predicted_when_scoring():
+    rows = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
+    vectors = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    labels = np.array([1, 2])
+    assert head_scores(rows, vectors, labels, np.array([True, True, True])) == (0.5, 0.5)
+    # Without class 0, the first record goes to class 1: both right.
+    assert head_scores(rows, vectors, labels, np.array([False, True, True])) == (1.0, 1.0)
+
+
+def test_prototypes_need_the_cosine_head():
+    with pytest.raises(ValueError, match="final_head: prototypes needs train.head: cosine"):
+        TrainSettings.of(final_head="prototypes", head="linear")
+    assert TrainSettings.of(final_head="best", head="linear").final_head == "best"
+
+
+@pytest.mark.parametrize("final_head", ["prototypes", "best"])
+def test_the_exported_head_holds_the_chosen_rows(
+    tiny_bert, ledger, tiny_settings, run_training, tmp_path, final_head
+):
+    """With `prototypes`, each row of a class with training records is the mean direction of
+    its records' vectors in the model's evidence index and of its text; with `best`, the rows
+    scoring the higher validation macro-F1 are kept and the metrics report both."""
+    label_map = json.loads(ledger["label_map"].read_text(encoding="utf-8"))
+    label_map["names"] = ["office supplies", "travel", "software", "rent", "bank fees"]
+    label_map["descriptions"] = [None] * 5
+    named = tmp_path / "label_map.json"
+    named.write_text(json.dumps(label_map), encoding="utf-8")
+    settings = tiny_settings(tiny_bert, epochs=1, final_head=final_head, learning_rate=1e-3)
+    metrics = run_training(ledger | {"label_map": named}, tmp_path, settings)
+
+    scores = {name: metrics[f"validation_macro_f1_{name}"] for name in ("learned", "prototypes")}
+    if final_head == "best":
+        assert metrics["final_head"] == (
+            "prototypes" if scores["prototypes"] > scores["learned"] else "learned"
+        )
+    else:
+        assert metrics["final_head"] == "prototypes"
+    assert metrics["validation_macro_f1"] == scores[metrics["final_head"]]
+    model, tokenizer, labels = load_classifier(tmp_path / "model", dtype=torch.float32)
+    head = trained_head(model).weight.detach()
+    index = EvidenceIndex.read(tmp_path / "model" / INDEX_DIR).part("train")
+    texts = embed_texts(text_classifier(model), tokenizer, class_texts(label_map), max_length=48)
+    accounts = np.array(index.records[ACCOUNT].to_list())
+    for label_id, label in enumerate(labels[:4]):
+        members = torch.from_numpy(index.vectors[accounts == label]).sum(dim=0)
+        prototype = members + F.normalize(texts[label_id], dim=0)
+        similarity = F.cosine_similarity(head[label_id], prototype, dim=0).item()
+        if metrics["final_head"] == "prototypes":
+            # The index's vectors are bf16 embeddings stored as float16.
+            assert similarity == pytest.approx(1.0, abs=2e-3)
+        else:
+            assert similarity < 0.999
