@@ -48,8 +48,8 @@ def main() -> None:
     parser.add_argument(
         "--classes-output",
         type=Path,
-        help="class list to write, one account code per line (default: classes.txt beside "
-        "--output)",
+        help="classes to write: a .txt list, one account code per line, or a .csv chart with "
+        "each account's code and name (default: classes.txt beside --output)",
     )
     parser.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
     parser.add_argument(

@@ -804,7 +804,12 @@ def generate_ledger(
     finally:
         tmp.unlink(missing_ok=True)
     codes = class_codes()
-    classes_output.write_text("".join(f"{code}\n" for code in codes), encoding="utf-8")
+    if classes_output.suffix.lower() == ".csv":
+        names = {account.code: account.name for account in parse_accounts()}
+        chart_rows = pl.DataFrame({"code": codes, "name": [names[code] for code in codes]})
+        chart_rows.write_csv(classes_output)
+    else:
+        classes_output.write_text("".join(f"{code}\n" for code in codes), encoding="utf-8")
     return LedgerSummary(
         output=str(output),
         classes_output=str(classes_output),

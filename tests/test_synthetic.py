@@ -263,3 +263,31 @@ def test_the_backtest_config_is_valid_over_the_synthetic_one():
         "no_feedback": {"corrections": False, "warm_start": False},
         "warm": {"corrections": True, "warm_start": True},
     }
+
+
+def test_a_csv_class_file_is_a_chart_with_the_account_names(tmp_path):
+    summary = generate_ledger(tmp_path / "ledger.csv", 500, classes_output=tmp_path / "chart.csv")
+    chart = pl.read_csv(summary.classes_output, infer_schema=False)
+    assert chart.columns == ["code", "name"]
+    assert chart["code"].to_list() == class_codes()
+    names = dict(zip(chart["code"], chart["name"], strict=True))
+    assert names["0120"] == "Patents" and chart["name"].is_not_null().all()
+
+
+def test_the_few_rows_config_names_the_chart_over_the_synthetic_one(tmp_path, monkeypatch):
+    """config/synthetic_few_rows.yaml over config/synthetic_ledger.yaml, as its command gives it:
+    the chart with names, the rest of the synthetic data section kept."""
+    generate_ledger(
+        tmp_path / "results/synthetic/ledger.csv",
+        3000,
+        classes_output=tmp_path / "results/synthetic/chart.csv",
+    )
+    monkeypatch.chdir(tmp_path)
+    base = yaml.safe_load(SYNTHETIC_CONFIG.read_text(encoding="utf-8"))
+    overlay = yaml.safe_load((REPO / "config/synthetic_few_rows.yaml").read_text(encoding="utf-8"))
+    data = base["data"] | overlay["data"]
+    spec = DataSpec.from_config({"data": data})
+    assert list(spec.chart.codes) == class_codes()
+    assert all(spec.chart.names)
+    counts = read(tmp_path / "results/synthetic/ledger.csv").group_by("account").len()["len"]
+    assert counts.median() <= 3
