@@ -14,13 +14,18 @@ def main() -> None:
     parser.add_argument("--input", type=Path, required=True, help="one split's Parquet")
     parser.add_argument("--label-map", type=Path, required=True, help="label map JSON")
     parser.add_argument("--output", type=Path, required=True, help="serialized Parquet")
+    parser.add_argument(
+        "--split", required=True, help="the split's name: train gets serialize.class_texts"
+    )
     args = parser.parse_args()
+    options = SerializeSettings.of(args.settings["serialize"])
     rows = serialize(
         args.input,
         DataSpec.from_config(args.settings),
-        SerializeSettings.of(args.settings["serialize"]),
+        options,
         args.label_map,
         args.output,
+        with_class_texts=options.class_texts and args.split == "train",
     )
     log_stage(args.tracking, "serialize", {f"{args.output.stem}_rows": rows})
 

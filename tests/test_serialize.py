@@ -94,3 +94,32 @@ def test_ids_default_to_the_source_row(tmp_path, split_file):
         tmp_path, split_file, {"fields": [{"column": "memo"}]}, DataSpec.from_config(config)
     )
     assert frame.get_column("id").to_list() == ["1", "2", "3"]
+
+
+def test_class_texts_add_one_record_per_named_account_that_takes_postings(tmp_path, split_file):
+    """Named, postable accounts become records of their own; a group (not postable) and an
+    account without a name do not."""
+    path, label_map = split_file
+    label_map.write_text(
+        json.dumps(
+            {
+                "labels": ["4210", "4930", "1800", "4000"],
+                "names": ["Rent", "Office supplies", None, "Expenses"],
+                "descriptions": [None, "chairs, desks, paper", None, None],
+                "postable": [True, True, True, False],
+            }
+        )
+    )
+    spec = DataSpec.from_config(ledger_config(tmp_path / "x.csv"))
+    options = SerializeSettings.of({"fields": [{"column": "memo"}]})
+    out = tmp_path / "out.parquet"
+    assert serialize(path, spec, options, label_map, out, with_class_texts=True) == 5
+    frame = pl.read_parquet(out)
+    assert frame.filter(pl.col("label_source") == "ledger")["id"].to_list() == ["a", "b", "c"]
+    chart = frame.filter(pl.col("label_source") == "chart")
+    assert chart.rows() == [
+        ("class:4210", "Rent", 0, "chart"),
+        ("class:4930", "Office supplies: chairs, desks, paper", 1, "chart"),
+    ]
+    # Without the option (validation and test, or class_texts off) only the split's records.
+    assert serialize(path, spec, options, label_map, out) == 3

@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from account_tax.data.features import class_texts
 from account_tax.training.classifier import hold_rows, pool
 from account_tax.training.head_init import (
-    class_texts,
     embed_texts,
     init_head_from_texts,
     resolve_head_init,

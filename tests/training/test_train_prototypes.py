@@ -9,8 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from account_tax.data.features import class_texts
 from account_tax.training.evidence import ACCOUNT, INDEX_DIR, EvidenceIndex
-from account_tax.training.head_init import class_texts, embed_texts, text_classifier, trained_head
+from account_tax.training.head_init import embed_texts, text_classifier, trained_head
 from account_tax.training.inference import load_classifier
 from account_tax.training.prototypes import head_scores, prototypes
 from account_tax.training.settings import TrainSettings
@@ -41,7 +42,7 @@ def test_a_class_that_takes_no_postings_is_never_predicted_when_scoring():
 
 
 def test_prototypes_need_the_cosine_head():
-    with pytest.raises(ValueError, match="final_head: prototypes needs train.head: cosine"):
+    with pytest.raises(ValueError, match=r"final_head: prototypes needs train\.head: cosine"):
         TrainSettings.of(final_head="prototypes", head="linear")
     assert TrainSettings.of(final_head="best", head="linear").final_head == "best"
 

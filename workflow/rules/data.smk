@@ -179,4 +179,4 @@ rule serialize:
         paths=path_options(),
     shell:
         "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
-        " {params.paths} --tracking {params.tracking} > {log} 2>&1"
+        " {params.paths} --split {wildcards.split} --tracking {params.tracking} > {log} 2>&1"

@@ -173,6 +173,17 @@ def build_features(
     return mapping
 
 
+def class_texts(label_map: dict[str, Any]) -> list[str]:
+    """`name: description`, the name alone, or, for a class the chart leaves unnamed, its code."""
+    codes = label_map["labels"]
+    names = label_map.get("names") or [None] * len(codes)
+    descriptions = label_map.get("descriptions") or [None] * len(codes)
+    return [
+        ": ".join(part for part in (name or code, description) if part)
+        for code, name, description in zip(codes, names, descriptions, strict=True)
+    ]
+
+
 def postable_mask(label_map_path: Path) -> np.ndarray:
     """Per label id, whether the account takes postings (label maps from before this was
     recorded: all do)."""

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import polars as pl
 
-from account_tax.data.spec import LABEL_SOURCE, LEDGER, DataSpec
+from account_tax.data.features import class_texts
+from account_tax.data.spec import CHART, LABEL_SOURCE, LEDGER, DataSpec
 from account_tax.errors import DataError
 from account_tax.io import require_columns, write_parquet
 from account_tax.settings import SOURCE_ROW, SectionView
@@ -33,6 +34,7 @@ class SerializeSettings(SectionView):
     template: str
     separator: str
     float_decimals: int
+    class_texts: bool
 
 
 def value_text(column: str, dtype: pl.DataType, float_decimals: int) -> pl.Expr:
@@ -56,15 +58,35 @@ def text_expression(schema: pl.Schema, options: SerializeSettings) -> pl.Expr:
     return pl.concat_str(parts, separator=options.separator, ignore_nulls=True)
 
 
+def class_text_records(label_map: dict) -> pl.DataFrame:
+    """One record per account that takes postings and has a name: its text as the head starts
+    from it (see `serialize.class_texts`)."""
+    labels = label_map["labels"]
+    names = label_map.get("names") or [None] * len(labels)
+    postable = label_map.get("postable") or [True] * len(labels)
+    kept = [i for i in range(len(labels)) if names[i] and postable[i]]
+    texts = class_texts(label_map)
+    return pl.DataFrame(
+        {
+            ID: [f"class:{labels[i]}" for i in kept],
+            TEXT: [texts[i] for i in kept],
+            LABEL_ID: pl.Series(kept, dtype=pl.Int32),
+            LABEL_SOURCE: [CHART] * len(kept),
+        }
+    )
+
+
 def serialize(
     source: Path,
     spec: DataSpec,
     options: SerializeSettings,
     label_map_path: Path,
     output: Path,
+    with_class_texts: bool = False,
 ) -> int:
     """Write `id`, `text`, `label_id` and `label_source` (where the label came from: the ledger,
-    or a correction) for every record of `source`; return the row count."""
+    or a correction) for every record of `source`, and with `with_class_texts` the accounts'
+    texts as records of their own (label_source chart); return the row count."""
     frame = pl.scan_parquet(source)
     schema = frame.collect_schema()
     fields = [field["column"] for field in options.fields]
@@ -72,7 +94,8 @@ def serialize(
         require_columns(schema.names(), fields, source)
     except DataError as error:
         raise DataError(f"{error} (named in serialize.fields)") from None
-    labels = json.loads(label_map_path.read_text(encoding="utf-8"))["labels"]
+    label_map = json.loads(label_map_path.read_text(encoding="utf-8"))
+    labels = label_map["labels"]
     label_ids = {label: index for index, label in enumerate(labels)}
     id_column = spec.id or SOURCE_ROW
     serialized = frame.select(
@@ -94,6 +117,8 @@ def serialize(
         raise DataError(
             f"{source}: label(s) in column '{spec.label}' missing from {label_map_path}: {rows}"
         )
+    if with_class_texts:
+        serialized = pl.concat([serialized, class_text_records(label_map).lazy()])
     write_parquet(serialized, output)
     rows = pl.scan_parquet(output).select(pl.len()).collect().item()
     log.info("serialize: %d rows -> %s", rows, output)

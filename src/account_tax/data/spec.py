@@ -87,7 +87,7 @@ LABEL_TRIM = " \t\n\r\f\v"
 otherwise kept as written (inner spaces, leading zeros, case)."""
 
 LABEL_SOURCE = "label_source"
-LEDGER, CORRECTION = "ledger", "correction"
+LEDGER, CORRECTION, CHART = "ledger", "correction", "chart"
 """Where a record's label came from: the ledger as read, or a correction (data.corrections)."""
 
 CHART_SUFFIXES = (".csv", ".parquet")

@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 from sklearn.pipeline import Pipeline
 
-from account_tax.data.features import LABEL_MAP, postable_mask
+from account_tax.data.features import LABEL_MAP, class_texts, postable_mask
 from account_tax.data.serialize import LABEL_ID, TEXT, read_split
 from account_tax.data.split import SplitSettings
 from account_tax.evaluation.assessment import (
@@ -70,7 +70,6 @@ from account_tax.evaluation.unseen_classes import (
 from account_tax.io import write_json, write_parquet
 from account_tax.settings import EvaluateSettings
 from account_tax.training.evidence import ACCOUNT, INDEX_DIR, EvidenceIndex, Neighbours, Vectors
-from account_tax.training.head_init import class_texts
 from account_tax.training.inference import load_classifier, model_temperature, score_texts
 from account_tax.training.model import read_training_info
 from account_tax.workflow_run import log_stage, read_run

@@ -19,17 +19,6 @@ from account_tax.training.classifier import TextClassifier
 log = logging.getLogger(__name__)
 
 
-def class_texts(label_map: dict[str, Any]) -> list[str]:
-    """`name: description`, the name alone, or, for a class the chart leaves unnamed, its code."""
-    codes = label_map["labels"]
-    names = label_map.get("names") or [None] * len(codes)
-    descriptions = label_map.get("descriptions") or [None] * len(codes)
-    return [
-        ": ".join(part for part in (name or code, description) if part)
-        for code, name, description in zip(codes, names, descriptions, strict=True)
-    ]
-
-
 def resolve_head_init(requested: str, label_map: dict[str, Any]) -> str:
     """`auto`: from the class texts where the classes have names, random otherwise."""
     if requested != "auto":

@@ -33,7 +33,7 @@ from transformers import (
 )
 
 from account_tax.code_hash import code_sha256
-from account_tax.data.features import LABEL_MAP
+from account_tax.data.features import LABEL_MAP, class_texts
 from account_tax.data.serialize import read_split
 from account_tax.errors import DataError, writing
 from account_tax.io import sha256_file, write_json
@@ -63,7 +63,6 @@ from account_tax.training.distributed import Distributed, barrier, init_distribu
 from account_tax.training.evidence import build_model_index
 from account_tax.training.fsdp import FsdpEngine
 from account_tax.training.head_init import (
-    class_texts,
     embed_classes_without_rows,
     init_head_from_texts,
     resolve_head_init,
