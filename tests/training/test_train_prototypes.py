@@ -5,11 +5,14 @@ higher on validation."""
 import json
 
 import numpy as np
+import polars as pl
 import pytest
 import torch
 import torch.nn.functional as F
 
 from account_tax.data.features import class_texts
+from account_tax.data.serialize import class_text_records
+from account_tax.data.spec import CHART, LEDGER
 from account_tax.training.evidence import ACCOUNT, INDEX_DIR, EvidenceIndex
 from account_tax.training.head_init import embed_texts, text_classifier, trained_head
 from account_tax.training.inference import load_classifier
@@ -47,20 +50,29 @@ def test_prototypes_need_the_cosine_head():
     assert TrainSettings.of(final_head="best", head="linear").final_head == "best"
 
 
-@pytest.mark.parametrize("final_head", ["prototypes", "best"])
+@pytest.mark.parametrize(
+    ("final_head", "chart_records"), [("prototypes", False), ("best", False), ("prototypes", True)]
+)
 def test_the_exported_head_holds_the_chosen_rows(
-    tiny_bert, ledger, tiny_settings, run_training, tmp_path, final_head
+    tiny_bert, ledger, tiny_settings, run_training, tmp_path, final_head, chart_records
 ):
     """With `prototypes`, each row of a class with training records is the mean direction of
-    its records' vectors in the model's evidence index and of its text; with `best`, the rows
-    scoring the higher validation macro-F1 are kept and the metrics report both."""
+    its records' vectors in the model's evidence index and of its text, counted once also where
+    the train split holds it as a record (serialize.class_texts); with `best`, the rows scoring
+    the higher validation macro-F1 are kept and the metrics report both."""
     label_map = json.loads(ledger["label_map"].read_text(encoding="utf-8"))
     label_map["names"] = ["office supplies", "travel", "software", "rent", "bank fees"]
     label_map["descriptions"] = [None] * 5
     named = tmp_path / "label_map.json"
     named.write_text(json.dumps(label_map), encoding="utf-8")
+    splits = ledger | {"label_map": named}
+    if chart_records:
+        train = pl.read_parquet(ledger["train"]).with_columns(label_source=pl.lit(LEDGER))
+        splits["train"] = tmp_path / "train.parquet"
+        chart = class_text_records(label_map).select(train.columns).cast(train.schema)
+        pl.concat([train, chart]).write_parquet(splits["train"])
     settings = tiny_settings(tiny_bert, epochs=1, final_head=final_head, learning_rate=1e-3)
-    metrics = run_training(ledger | {"label_map": named}, tmp_path, settings)
+    metrics = run_training(splits, tmp_path, settings)
 
     scores = {name: metrics[f"validation_macro_f1_{name}"] for name in ("learned", "prototypes")}
     if final_head == "best":
@@ -73,10 +85,12 @@ def test_the_exported_head_holds_the_chosen_rows(
     model, tokenizer, labels = load_classifier(tmp_path / "model", dtype=torch.float32)
     head = trained_head(model).weight.detach()
     index = EvidenceIndex.read(tmp_path / "model" / INDEX_DIR).part("train")
+    assert (index.records["label_source"] == CHART).sum() == (5 if chart_records else 0)
     texts = embed_texts(text_classifier(model), tokenizer, class_texts(label_map), max_length=48)
     accounts = np.array(index.records[ACCOUNT].to_list())
     for label_id, label in enumerate(labels[:4]):
-        members = torch.from_numpy(index.vectors[accounts == label]).sum(dim=0)
+        records = (accounts == label) & (index.records["label_source"] != CHART).to_numpy()
+        members = torch.from_numpy(index.vectors[records]).sum(dim=0)
         prototype = members + F.normalize(texts[label_id], dim=0)
         similarity = F.cosine_similarity(head[label_id], prototype, dim=0).item()
         if metrics["final_head"] == "prototypes":

@@ -27,6 +27,7 @@ from transformers import PreTrainedTokenizerBase
 
 from account_tax.data.features import LABEL_MAP, postable_mask
 from account_tax.data.serialize import read_labels
+from account_tax.data.spec import CHART, LABEL_SOURCE
 from account_tax.training.evidence import ACCOUNT, INDEX_DIR, EvidenceIndex
 from account_tax.training.head_init import embed_texts, text_classifier, trained_head
 from account_tax.training.inference import rewrite_head
@@ -100,8 +101,11 @@ def choose_final_head(
     splits = {}
     for split in ("train", "validation"):
         part = index.part(split)
-        ids = np.array([position[a] for a in part.records[ACCOUNT].to_list()], dtype=np.int64)
-        splits[split] = (torch.from_numpy(part.vectors), ids)
+        # An account's own text (serialize.class_texts) counts once, as its text below.
+        records = part.records[LABEL_SOURCE].to_numpy() != CHART
+        accounts = part.records[ACCOUNT].to_numpy()[records]
+        ids = np.array([position[a] for a in accounts], dtype=np.int64)
+        splits[split] = (torch.from_numpy(part.vectors[records]), ids)
 
     def rewrite(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> HeadChoice:
         head = trained_head(model)
