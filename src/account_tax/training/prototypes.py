@@ -5,10 +5,10 @@ them, with the class's text counted as one more record where the classes have na
 nearest-class-mean classifier over the fine-tuned embedding. With a handful of records per class
 a head row learns little from them in a few epochs, while the embedding all classes share has
 been fine-tuned on every record. On 1,229 HS headings with a median of 3 records each the
-prototypes scored 0.852 validation macro-F1 against 0.805 for the learned rows; on the bundled
-data 0.945 against 0.938 (docs/training.md). `best` keeps whichever scores higher on validation,
-the learned rows on a tie. Cosine head only: a prototype is a direction, and a linear head's row
-also carries a norm and a bias.
+prototypes scored 0.850 validation macro-F1 against 0.803 for the learned rows; on the bundled
+data (a median of 4 records per account) 0.945 against 0.947 (docs/training.md). `best`
+keeps whichever scores higher on validation, the learned rows on a tie. Cosine head only: a
+prototype is a direction, and a linear head's row also carries a norm and a bias.
 """
 
 from __future__ import annotations
