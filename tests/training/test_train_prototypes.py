@@ -45,8 +45,11 @@ def test_a_class_that_takes_no_postings_is_never_predicted_when_scoring():
 
 
 def test_prototypes_need_the_cosine_head():
-    with pytest.raises(ValueError, match=r"final_head: prototypes needs train\.head: cosine"):
-        TrainSettings.of(final_head="prototypes", head="linear")
+    for final_head in ("prototypes", "blend"):
+        with pytest.raises(
+            ValueError, match=rf"final_head: {final_head} needs train\.head: cosine"
+        ):
+            TrainSettings.of(final_head=final_head, head="linear")
     assert TrainSettings.of(final_head="best", head="linear").final_head == "best"
 
 
@@ -74,11 +77,11 @@ def test_the_exported_head_holds_the_chosen_rows(
     settings = tiny_settings(tiny_bert, epochs=1, final_head=final_head, learning_rate=1e-3)
     metrics = run_training(splits, tmp_path, settings)
 
-    scores = {name: metrics[f"validation_macro_f1_{name}"] for name in ("learned", "prototypes")}
+    names = ("learned", "prototypes", "blend")
+    scores = {name: metrics[f"validation_macro_f1_{name}"] for name in names}
     if final_head == "best":
-        assert metrics["final_head"] == (
-            "prototypes" if scores["prototypes"] > scores["learned"] else "learned"
-        )
+        best = max(scores.values())
+        assert metrics["final_head"] == next(name for name in names if scores[name] == best)
     else:
         assert metrics["final_head"] == "prototypes"
     assert metrics["validation_macro_f1"] == scores[metrics["final_head"]]

@@ -82,7 +82,7 @@ class TrainSettings(SectionView):
     seed: int
     head: str
     head_init: str
-    # best, learned or prototypes (see training.prototypes).
+    # best, learned, prototypes or blend (see training.prototypes).
     final_head: str
     # none, champion, or an exported model's folder.
     init_from: str
@@ -104,5 +104,5 @@ class TrainSettings(SectionView):
     def __post_init__(self) -> None:
         if self.merge_adapter and not self.lora.enabled:
             raise ValueError("train.merge_adapter needs train.lora.enabled (no adapter to merge)")
-        if self.final_head == "prototypes" and self.head != "cosine":
-            raise ValueError("train.final_head: prototypes needs train.head: cosine")
+        if self.final_head in ("prototypes", "blend") and self.head != "cosine":
+            raise ValueError(f"train.final_head: {self.final_head} needs train.head: cosine")
