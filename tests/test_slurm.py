@@ -49,12 +49,17 @@ CLUSTER_OVERRIDES = [
     "train:cpus_per_gpu=1",
     "train:mem_mb=3000",
     "train:runtime=10",
+    "train_trial:gres=gpu:1",
+    "train_trial:cpus_per_gpu=1",
+    "train_trial:mem_mb=3000",
+    "train_trial:runtime=10",
     # The scorers load torch and the model: more than the data stages' memory.
     "baseline:mem_mb=3000",
     "evaluate:mem_mb=3000",
     "predict_shard:mem_mb=3000",
     "--set-threads",
     "train=1",
+    "train_trial=1",
     "serialize=1",
     "--slurm-status-command",
     "squeue",
@@ -249,6 +254,33 @@ def test_sharded_predict_on_slurm_equals_one_job(slurm_run, cluster):
     assert review.height > 0
     for sharded, whole in zip(outputs[2], outputs[1], strict=True):
         assert sharded.equals(whole)
+
+
+def test_a_sweep_runs_each_trial_as_a_slurm_job(slurm_run, cluster):
+    """Two trials of a sweep, each a `train_trial` SLURM job with the training resources (two
+    nodes, a GPU each), then the choice between them."""
+    workdir, _ = slurm_run
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config["sweep"] = {"parameters": {"learning_rate": [0.01, 0.02]}}
+    result = run_snakemake(
+        workdir,
+        "results/sweep/selected.json",
+        "--profile",
+        str(PROFILE),
+        *CLUSTER_OVERRIDES,
+        config=config,
+        env=cluster.env,
+    )
+    assert result.returncode == 0, result.stderr[-6000:]
+    assert jobs_run(result) == {"train_trial": 2, "choose_trial": 1}
+    trial_jobs = slurm_job_ids(workdir)["train_trial"]
+    assert len(trial_jobs) == 2
+    for job_id in trial_jobs:
+        record = scontrol_job(cluster, job_id)
+        assert record["JobState"] == "COMPLETED"
+        assert (record["NumNodes"], record["TresPerNode"]) == ("2", "gres:gpu:1")
+    selected = json.loads((workdir / "results/sweep/selected.json").read_text())
+    assert selected["train"]["learning_rate"] in {0.01, 0.02}
 
 
 def test_profiles_are_valid_and_default_to_sacct():
