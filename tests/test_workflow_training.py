@@ -83,6 +83,8 @@ def trained(tmp_path_factory, s3_server):
         "lora": {"r": 4, "alpha": 8},
         # Every epoch, so that both segments train (early stopping has tests of its own).
         "early_stopping": {"patience": None},
+        # The tiny model's embeddings lie close together; the final head has tests of its own.
+        "final_head": "learned",
     }
     config["predict"] = {"inputs": {"new": str(new_records)}}
     # The ledger is small: a threshold may rest on two validation rows, so both decisions occur.

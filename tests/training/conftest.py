@@ -159,7 +159,9 @@ def run_training(train_command: Callable) -> Callable[..., dict]:
 @pytest.fixture(scope="session")
 def tiny_settings() -> Callable[..., dict]:
     """Fast train settings for the tiny models; keyword arguments replace top-level keys. fp32,
-    so that runs compare exactly on any CPU (bf16 has its own tests)."""
+    so that runs compare exactly on any CPU (bf16 has its own tests); the head's learned rows
+    as training left them, so that the exported model is the loop's (the final head has tests
+    of its own)."""
 
     def settings(model: Path, **overrides: object) -> dict:
         base = {
@@ -171,6 +173,7 @@ def tiny_settings() -> Callable[..., dict]:
             "checkpoint_every_steps": 4,
             "lora": {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.1},
             "precision": "fp32",
+            "final_head": "learned",
         }
         return base | overrides
 

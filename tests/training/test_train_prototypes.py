@@ -84,7 +84,8 @@ def test_the_exported_head_holds_the_chosen_rows(
         assert metrics["final_head"] == next(name for name in names if scores[name] == best)
     else:
         assert metrics["final_head"] == "prototypes"
-    assert metrics["validation_macro_f1"] == scores[metrics["final_head"]]
+    if metrics["final_head"] != "learned":
+        assert metrics["validation_macro_f1"] == scores[metrics["final_head"]]
     model, tokenizer, labels = load_classifier(tmp_path / "model", dtype=torch.float32)
     head = trained_head(model).weight.detach()
     index = EvidenceIndex.read(tmp_path / "model" / INDEX_DIR).part("train")
@@ -101,3 +102,14 @@ def test_the_exported_head_holds_the_chosen_rows(
             assert similarity == pytest.approx(1.0, abs=2e-3)
         else:
             assert similarity < 0.999
+
+
+def test_without_validation_rows_best_keeps_the_learned_rows(
+    tiny_bert, ledger, tiny_settings, run_training, tmp_path
+):
+    validation = tmp_path / "validation.parquet"
+    pl.read_parquet(ledger["validation"]).head(0).write_parquet(validation)
+    settings = tiny_settings(tiny_bert, epochs=1, final_head="best")
+    metrics = run_training(ledger | {"validation": validation}, tmp_path, settings)
+    assert metrics["final_head"] == "learned"
+    assert not any(key.startswith("validation_macro_f1_") for key in metrics)

@@ -49,15 +49,17 @@ class HeadChoice:
     seconds: float
 
     def metrics(self) -> dict[str, Any]:
-        """The training metrics it adds; the exported model's validation figures are the used
-        head's."""
-        return {
+        """The training metrics it adds. The exported model's validation figures become the
+        used head's where it is not the learned one (whose figures the training loop gave)."""
+        added = {
             "final_head": self.used,
-            "validation_macro_f1": self.macro_f1[self.used],
-            "validation_accuracy": self.accuracy[self.used],
             **{f"validation_macro_f1_{name}": value for name, value in self.macro_f1.items()},
             "final_head_seconds": self.seconds,
         }
+        if self.used != LEARNED and self.used in self.macro_f1:
+            added["validation_macro_f1"] = self.macro_f1[self.used]
+            added["validation_accuracy"] = self.accuracy[self.used]
+        return added
 
 
 def prototypes(
@@ -124,10 +126,15 @@ def choose_final_head(
             BLEND: torch.where(has[:, None], blend, learned),
         }
         macro_f1, accuracy = {}, {}
-        for name, candidate in candidates.items():
-            macro_f1[name], accuracy[name] = head_scores(candidate, *splits["validation"], postable)
-        # The first of the highest: the learned rows on a tie.
-        used = max(candidates, key=macro_f1.get) if requested == "best" else requested
+        # Without validation rows nothing is scored: `best` keeps the learned rows.
+        if len(splits["validation"][1]):
+            for name, candidate in candidates.items():
+                scores = head_scores(candidate, *splits["validation"], postable)
+                macro_f1[name], accuracy[name] = scores
+        used = requested
+        if requested == "best":
+            # The first of the highest: the learned rows on a tie.
+            used = max(candidates, key=macro_f1.get) if macro_f1 else LEARNED
         if used != LEARNED:
             # Each row keeps its norm: a cosine head reads directions only.
             norm = learned.norm(dim=1, keepdim=True)
@@ -136,13 +143,11 @@ def choose_final_head(
         return HeadChoice(used, macro_f1, accuracy, time.perf_counter() - started)
 
     choice = rewrite_head(model_dir, rewrite)
+    scored = ", ".join(f"{name} {value:.4f}" for name, value in choice.macro_f1.items())
     log.info(
-        "final head: %s (validation macro-F1: learned rows %.4f, class prototypes %.4f, their "
-        "blend %.4f; %.1f s)",
+        "final head: %s (validation macro-F1: %s; %.1f s)",
         choice.used,
-        choice.macro_f1[LEARNED],
-        choice.macro_f1[PROTOTYPES],
-        choice.macro_f1[BLEND],
+        scored or "no validation rows",
         choice.seconds,
     )
     return choice
