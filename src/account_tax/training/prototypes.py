@@ -95,9 +95,9 @@ def head_scores(
 def choose_final_head(
     model_dir: Path, requested: str, texts: list[str] | None, max_length: int
 ) -> HeadChoice:
-    """Score the saved model's learned rows and its classes' prototypes on validation, from the
-    vectors of its evidence index, and keep the `requested` rows (`best`: the higher scoring)
-    in the saved head."""
+    """Score the saved model's learned rows, its classes' prototypes and their blend on
+    validation, from the vectors of its evidence index, and keep the `requested` rows (`best`:
+    the highest scoring) in the saved head."""
     started = time.perf_counter()
     labels = read_labels(model_dir / LABEL_MAP)
     postable = postable_mask(model_dir / LABEL_MAP)
