@@ -8,12 +8,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from account_tax.errors import DataError
-from account_tax.training import inference
 from account_tax.training.batching import (
+    MAX_PADDING,
     DataLoaderStalled,
     TokenizedSplit,
     epoch_batches,
     evaluation_batches,
+    length_batches,
     make_loader,
     rank_batches,
     watched,
@@ -139,27 +140,27 @@ def test_an_error_in_the_loader_reaches_the_caller():
         list(watched(DataLoader(Broken(), batch_size=2), DataLoaderSettings.of(), "training"))
 
 
-def test_inference_batches_keep_near_equal_lengths_together():
+def test_length_batches_keep_near_equal_lengths_together():
     rng = np.random.default_rng(3)
     lengths = rng.integers(9, 75, size=100).tolist()
-    batches = inference.length_batches(lengths, batch_size=64)
+    batches = length_batches(lengths, batch_size=64)
     rows = np.concatenate(batches)
     assert sorted(rows.tolist()) == list(range(100))
     # Longest first, ties in row order: the order a chunk's shards and a served request share.
     assert rows.tolist() == sorted(range(100), key=lambda row: (-lengths[row], row))
     for batch in batches:
         longest, shortest = lengths[batch[0]], lengths[batch[-1]]
-        assert len(batch) <= 64 and shortest >= (1 - inference.MAX_PADDING) * longest
+        assert len(batch) <= 64 and shortest >= (1 - MAX_PADDING) * longest
     # A batch closes only when full or before a row too short for it.
     for batch, following in itertools.pairwise(batches):
-        too_short = lengths[following[0]] < (1 - inference.MAX_PADDING) * lengths[batch[0]]
+        too_short = lengths[following[0]] < (1 - MAX_PADDING) * lengths[batch[0]]
         assert len(batch) == 64 or too_short
     padded = sum(len(batch) * lengths[batch[0]] for batch in batches)
     fixed = sum(len(rows[start : start + 64]) * lengths[rows[start]] for start in range(0, 100, 64))
     assert padded < 0.9 * fixed
 
 
-def test_inference_batches_of_equal_lengths_are_full():
-    batches = inference.length_batches([30] * 150, batch_size=64)
+def test_length_batches_of_equal_lengths_are_full():
+    batches = length_batches([30] * 150, batch_size=64)
     assert [len(batch) for batch in batches] == [64, 64, 22]
-    assert inference.length_batches([], batch_size=64) == []
+    assert length_batches([], batch_size=64) == []

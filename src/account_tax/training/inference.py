@@ -18,6 +18,7 @@ from account_tax.data.features import LABEL_MAP
 from account_tax.data.serialize import LABEL_ID, TEXT, read_labels, read_split
 from account_tax.errors import DataError
 from account_tax.io import write_json
+from account_tax.training.batching import length_batches
 from account_tax.training.classifier import (
     TextClassifier,
     load_backbone,
@@ -122,31 +123,6 @@ def predict_logits(
 
 Forward = Callable[[torch.Tensor, torch.Tensor], tuple[np.ndarray, np.ndarray]]
 """Token ids and attention mask of a batch in, its class logits and pooled embeddings out."""
-
-
-MAX_PADDING = 0.2
-"""A batch takes no text shorter than this share below its longest (see `length_batches`)."""
-
-
-def length_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
-    """Row indices of each batch: the rows sorted longest first (ties in row order), a batch
-    closed at `batch_size` rows or before a row more than `MAX_PADDING` shorter than its first.
-
-    Padding is work the model does for nothing: thousands of sorted texts fill whole batches of
-    near-equal length anyway, but a served request of 100 texts spans the whole range of lengths,
-    and fixed batches of 64 would pad it by a quarter more tokens (bench/README.md, Serving).
-    """
-    order = np.argsort([-length for length in lengths], kind="stable")
-    batches, first = [], 0
-    for end in range(1, len(order) + 1):
-        if (
-            end == len(order)
-            or end - first == batch_size
-            or lengths[order[end]] < (1 - MAX_PADDING) * lengths[order[first]]
-        ):
-            batches.append(order[first:end])
-            first = end
-    return batches
 
 
 def score_batches(
