@@ -112,7 +112,8 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
     and fixed batches of 64 would pad it by a quarter more tokens (bench/README.md, Serving).
     Every scoring without gradients batches this way: inference and the loop's validation.
     """
-    order = np.argsort([-length for length in lengths], kind="stable")
+    lengths = np.asarray(lengths)
+    order = np.argsort(-lengths, kind="stable")
     batches, first = [], 0
     for end in range(1, len(order) + 1):
         if (
