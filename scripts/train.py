@@ -27,6 +27,7 @@ from pathlib import Path
 
 from account_tax import cli
 from account_tax.settings import load_settings
+from account_tax.training.distributed import exit_worker
 from account_tax.training.loop import TrainPaths, train
 from account_tax.training.settings import TrainSettings
 from account_tax.training.stop_signals import TrainingStopped, die_on_stop_signals, stop_with_parent
@@ -105,7 +106,7 @@ def main() -> None:
         )
         raise SystemExit(stopped.exit_code) from None
     if rank != "0":
-        return
+        exit_worker()
     history = [json.loads(line) for line in args.history.read_text().splitlines()]
     numeric = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
     if args.trial:

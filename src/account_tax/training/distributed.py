@@ -7,9 +7,12 @@ for MPI and fails.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import deepspeed
 import torch
@@ -73,3 +76,15 @@ def gather_from_all(value: object) -> list[object]:
     values = [None] * dist.get_world_size()
     dist.all_gather_object(values, value)
     return values
+
+
+def exit_worker() -> NoReturn:
+    """End a finished worker rank (not rank 0, which writes every output): flush its logs and
+    leave without the interpreter's teardown. FSDP's DTensor caches keep the gloo process group
+    and its threads alive past `destroy_process_group`, and tearing them down at exit once
+    aborted a worker ("terminate called without an active exception") while rank 0 was still
+    sealing the model."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
