@@ -106,7 +106,7 @@ def backtested(tmp_path_factory):
         "lora": {"r": 4, "alpha": 8},
         "warm_start": {"epochs": 1},
     }
-    config["review"] = {"target_precision": 0.9, "min_rows": 2}
+    config["review"] = {"target_precision": 0.9, "confidence_level": 0.5}
     config["evaluate"] = {"bootstrap_resamples": 100}
     config["upload"] = {"enabled": False}
     config["backtest"] = {

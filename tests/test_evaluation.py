@@ -20,7 +20,7 @@ from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.training.temperature import fit_temperature, negative_log_likelihood
 
 LABELS = [f"class {i}" for i in range(6)]
-REVIEW = ReviewSettings.of(target_precision=0.9, min_rows=20)
+REVIEW = ReviewSettings.of(target_precision=0.9, confidence_level=0.95)
 
 
 def noisy_logits(y_true: np.ndarray, accuracy: float, seed: int) -> np.ndarray:

@@ -3,59 +3,80 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from account_tax.evaluation.review import AUTO, REVIEW, auto_threshold, coverage, decisions
+from account_tax.evaluation.review import (
+    AUTO,
+    REVIEW,
+    auto_threshold,
+    coverage,
+    decisions,
+    precision_lower_bound,
+)
 
 
-def test_lowest_threshold_that_meets_the_target():
-    confidence = np.array([0.99, 0.95, 0.9, 0.8, 0.7, 0.6])
-    correct = np.array([True, True, True, True, False, False])
-    # At 0.8 the four rows above are all right; at 0.7 one in five is wrong.
-    assert auto_threshold(confidence, correct, 1.0, min_rows=1) == 0.8
-    assert auto_threshold(confidence, correct, 0.8, min_rows=1) == 0.7
-    assert auto_threshold(confidence, correct, 0.5, min_rows=1) == 0.6
+def test_lowest_threshold_whose_rows_reach_the_target_with_confidence():
+    # The 150 most confident rows all right, then one wrong, nine right and 40 wrong. At 0.98
+    # and 0.95 the 150 are enough (149 would be) and the 160 with one error are not (their
+    # bound is 0.971): the threshold is the 150th row's.
+    confidence = np.linspace(1.0, 0.5, 200)
+    correct = np.array([True] * 150 + [False] + [True] * 9 + [False] * 40)
+    assert auto_threshold(confidence, correct, 0.98, 0.95) == confidence[149]
+    # Asked for less certainty, or a lower target, more rows are posted.
+    assert auto_threshold(confidence, correct, 0.98, 0.5) < confidence[149]
+    assert auto_threshold(confidence, correct, 0.8, 0.95) < confidence[159]
 
 
-def test_a_threshold_backed_by_too_few_rows_does_not_count():
+def test_a_few_right_rows_do_not_make_a_threshold():
     confidence = np.array([0.99, 0.98, 0.97, 0.5, 0.4])
     correct = np.array([True, True, True, False, True])
-    # Three right rows at the top: with min_rows 3 they count, with 4 they do not, and at four
-    # rows or more the precision is below the target.
-    assert auto_threshold(confidence, correct, 0.98, min_rows=3) == 0.97
-    assert auto_threshold(confidence, correct, 0.98, min_rows=4) is None
+    # Three right rows at the top are right 100 % of the time, but at 95 % confidence only
+    # 37 % (0.05 ** (1/3)): no threshold at 0.98, while they clear 0.35 (and four of five
+    # rows, at 34 %, do not).
+    assert auto_threshold(confidence, correct, 0.98, 0.95) is None
+    assert auto_threshold(confidence, correct, 0.35, 0.95) == 0.97
     assert list(decisions(confidence, None)) == [REVIEW] * 5
 
 
+def test_the_lower_bound_is_clopper_pearsons():
+    # All right: the bound solves p ** n = 1 - level; none right: 0.
+    assert precision_lower_bound(149, 149, 0.95) == pytest.approx(0.05 ** (1 / 149))
+    assert precision_lower_bound(0, 10, 0.95) == 0.0
+    # 149 rows all right clear 0.98 at 95 %, 148 do not; with one error 236 rows are needed.
+    assert precision_lower_bound(149, 149, 0.95) >= 0.98 > precision_lower_bound(148, 148, 0.95)
+    assert precision_lower_bound(235, 236, 0.95) >= 0.98 > precision_lower_bound(234, 235, 0.95)
+
+
 def test_equal_confidences_are_posted_together():
-    confidence = np.array([0.9, 0.9, 0.9, 0.5])
-    correct = np.array([True, False, True, True])
-    # 0.9 takes all three rows at 0.9 (precision 2/3), never just the first one (precision 1).
-    assert auto_threshold(confidence, correct, 0.8, min_rows=1) is None
-    assert auto_threshold(confidence, correct, 0.7, min_rows=1) == 0.5
+    confidence = np.array([0.9] * 10 + [0.5] * 30)
+    correct = np.array([True] * 5 + [False] * 5 + [True] * 30)
+    # 0.9 takes all ten rows at 0.9 (half right, bound 0.45 at a level of 0.5), never just the
+    # five right ones first in line (bound 0.87); at 0.5, 35 of 40 bound at 0.86.
+    assert auto_threshold(confidence, correct, 0.8, 0.5) == 0.5
+    assert auto_threshold(confidence, correct, 0.9, 0.5) is None
 
 
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.tuples(st.floats(0, 1, allow_nan=False), st.booleans()), min_size=1, max_size=200),
     st.floats(0.5, 1.0),
-    st.integers(1, 30),
+    st.floats(0.5, 0.99),
 )
-def test_threshold_meets_the_target_on_the_rows_it_was_chosen_on(rows, target, min_rows):
+def test_threshold_meets_the_target_on_the_rows_it_was_chosen_on(rows, target, level):
     confidence = np.array([c for c, _ in rows])
     correct = np.array([r for _, r in rows])
-    threshold = auto_threshold(confidence, correct, target, min_rows)
+
+    def bound(t: float) -> float:
+        posted = confidence >= t
+        return precision_lower_bound(correct[posted].sum(), posted.sum(), level)
+
+    threshold = auto_threshold(confidence, correct, target, level)
     if threshold is None:
-        # No threshold: no set of top rows of at least min_rows reaches the target.
-        for t in np.unique(confidence):
-            posted = confidence >= t
-            assert posted.sum() < min_rows or correct[posted].mean() < target
+        # No threshold: no set of top rows reaches the target with that confidence.
+        assert all(bound(t) < target for t in np.unique(confidence))
         return
     result = coverage(confidence, correct, threshold)
-    assert result["precision"] >= target
-    assert result["auto_rows"] >= min_rows
-    # And it is the lowest such threshold.
-    for t in np.unique(confidence[confidence < threshold]):
-        posted = confidence >= t
-        assert posted.sum() < min_rows or correct[posted].mean() < target
+    # The rows posted reach the target, even in the lower bound, and nothing lower does.
+    assert result["precision"] >= bound(threshold) >= target
+    assert all(bound(t) < target for t in np.unique(confidence[confidence < threshold]))
 
 
 def test_coverage_with_amounts():

@@ -87,8 +87,8 @@ def trained(tmp_path_factory, s3_server):
         "final_head": "learned",
     }
     config["predict"] = {"inputs": {"new": str(new_records)}}
-    # The ledger is small: a threshold may rest on two validation rows, so both decisions occur.
-    config["review"] = {"target_precision": 0.5, "min_rows": 2}
+    # The ledger is small: a threshold may rest on a few validation rows, so both decisions occur.
+    config["review"] = {"target_precision": 0.5, "confidence_level": 0.5}
     config["evaluate"] = {"bootstrap_resamples": 200, "amount_column": "amount"}
     config["upload"] = {"bucket": BUCKET, "prefix": "workflow-test", "multipart_threshold_mb": 5}
     config["retain"] = {"keep_last": 1, "metric": "validation_loss", "mode": "min"}
@@ -188,7 +188,7 @@ def test_evaluation_compares_with_the_baseline_and_says_which_wins(trained):
     assert calibration["validation_nll_after"] <= calibration["validation_nll_before"] + 1e-9
     for model in (report, report["baseline"], report["ensemble"]):
         review = model["review"]
-        assert review["target_precision"] == 0.5 and review["min_rows"] == 2
+        assert review["target_precision"] == 0.5 and review["confidence_level"] == 0.5
         test = review["test"]
         assert 0 <= test["coverage"] <= 1 and set(test) >= {"amount_coverage", "precision"}
 
@@ -606,7 +606,7 @@ def run_evaluate(workdir, train_records, out, split_settings, model=None):
     """scripts/evaluate.py on the trained workflow's model (or `model`) and splits, with
     `train_records` as what was trained on; the metrics and the summary page."""
     settings = {
-        "review": {"target_precision": 0.5, "min_rows": 2},
+        "review": {"target_precision": 0.5, "confidence_level": 0.5},
         "evaluate": {"bootstrap_resamples": 100, "seed": 13, "amount_column": None},
         "split": split_settings,
     }

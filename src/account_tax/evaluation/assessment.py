@@ -41,7 +41,7 @@ DECIDING_METRIC = "macro_f1"
 class ReviewSettings(SectionView):
     SECTION = "review"
     target_precision: float
-    min_rows: int
+    confidence_level: float
     novelty_quantile: float
 
 
@@ -187,11 +187,13 @@ def assess(
             "after": calibration_metrics(view.calibrated, view.y_true),
         }
     threshold = auto_threshold(
-        *scores["validation"].confidence_and_correct(), review.target_precision, review.min_rows
+        *scores["validation"].confidence_and_correct(),
+        review.target_precision,
+        review.confidence_level,
     )
     report["review"] = {
         "target_precision": review.target_precision,
-        "min_rows": review.min_rows,
+        "confidence_level": review.confidence_level,
         "threshold": threshold,
         **{
             split: coverage(
