@@ -28,7 +28,7 @@ from account_tax.backtest.replay import (
 from account_tax.data.serialize import TEXT
 from account_tax.evaluation.evidence import NOVEL
 from account_tax.evaluation.predict import Candidate
-from account_tax.evaluation.review import AUTO, DECISION, auto_threshold
+from account_tax.evaluation.review import AUTO, DECISION, auto_threshold, decisions
 from account_tax.evaluation.shipped import read_shipped
 from account_tax.evaluation.tables import CONFIDENCE, PREDICTED_LABEL
 
@@ -58,11 +58,7 @@ def period_rows(workdir: Path, levels: list[float]) -> dict[str, object]:
     scores = validation_scores(workdir)
     for level in levels:
         threshold = auto_threshold(*scores, config["review"]["target_precision"], level)
-        posted[str(level)] = (
-            (confidence >= threshold) & ~novel
-            if threshold is not None
-            else np.zeros(len(confidence), dtype=bool)
-        )
+        posted[str(level)] = decisions(confidence, threshold, novel) == AUTO
     row: dict[str, object] = {"period": workdir.name, "rows": len(confidence)}
     for name, mask in posted.items():
         row[f"{name}_posted"] = int(mask.sum())
