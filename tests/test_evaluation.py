@@ -1,6 +1,8 @@
 """The evaluation's decisions on synthetic scores: the mix of model and baseline, the candidate
 that ships, and the verdict."""
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,7 @@ from account_tax.evaluation.assessment import (
     fit_mix_weight,
     verdict_text,
 )
+from account_tax.evaluation.evaluate import warn_nothing_posted
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.training.temperature import fit_temperature, negative_log_likelihood
 
@@ -120,6 +123,24 @@ def test_an_empty_validation_split_ships_the_baseline():
         report["validation"]["macro_f1"] = None
     shipped = compare(reports, empty, len(LABELS), resamples=100, seed=1)["shipped"]
     assert shipped["candidate"] == BASELINE
+
+
+def test_a_validation_split_too_small_for_the_target_posts_nothing_and_says_why(caplog):
+    def perfect(rows: int) -> dict[str, Scores]:
+        y_true = np.arange(rows) % len(LABELS)
+        logits = np.eye(len(LABELS))[y_true] * 5
+        return {split: Scores(logits, 1.0, y_true) for split in ("validation", "test")}
+
+    # At 0.9 and 0.95 a threshold needs 29 rows all right: 20 perfect rows are not enough.
+    report = assess(perfect(20), LABELS, REVIEW)
+    assert report["review"]["threshold"] is None
+    assert report["review"]["rows_needed"] == 29
+    with caplog.at_level(logging.WARNING):
+        warn_nothing_posted(MODEL, report)
+    assert "nothing will be posted automatically" in caplog.text
+    assert "accuracy 1.000 on 20 rows" in caplog.text
+    assert "at least 29 rows above it" in caplog.text
+    assert assess(perfect(29), LABELS, REVIEW)["review"]["threshold"] is not None
 
 
 def test_assess_reports_calibration_before_and_after_the_temperature():

@@ -10,6 +10,7 @@ from account_tax.evaluation.review import (
     coverage,
     decisions,
     precision_lower_bound,
+    rows_needed,
 )
 
 
@@ -43,6 +44,24 @@ def test_the_lower_bound_is_clopper_pearsons():
     # 149 rows all right clear 0.98 at 95 %, 148 do not; with one error 236 rows are needed.
     assert precision_lower_bound(149, 149, 0.95) >= 0.98 > precision_lower_bound(148, 148, 0.95)
     assert precision_lower_bound(235, 236, 0.95) >= 0.98 > precision_lower_bound(234, 235, 0.95)
+
+
+@pytest.mark.parametrize(
+    ("target", "level"), [(0.98, 0.95), (0.98, 0.5), (0.9, 0.99), (0.5, 0.75), (0.999, 0.95)]
+)
+def test_rows_needed_is_the_fewest_rows_all_right_that_make_a_threshold(target, level):
+    needed = rows_needed(target, level)
+    assert precision_lower_bound(needed, needed, level) >= target
+    assert precision_lower_bound(needed - 1, needed - 1, level) < target
+    # Those rows, all right, make a threshold; one row fewer does not.
+    confidence = np.linspace(1.0, 0.5, needed)
+    assert auto_threshold(confidence, np.ones(needed, bool), target, level) == 0.5
+    assert auto_threshold(confidence[1:], np.ones(needed - 1, bool), target, level) is None
+
+
+def test_a_target_of_one_is_never_shown_by_any_count():
+    assert rows_needed(1.0, 0.95) is None
+    assert auto_threshold(np.ones(10_000), np.ones(10_000, bool), 1.0, 0.95) is None
 
 
 def test_equal_confidences_are_posted_together():

@@ -21,7 +21,12 @@ import numpy as np
 from account_tax.evaluation.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
 from account_tax.evaluation.calibration import calibration_metrics, reliability_bins
 from account_tax.evaluation.metrics import TOP_K, TOP_K_ACCURACY, classification_metrics, top_k
-from account_tax.evaluation.review import auto_threshold, coverage, precision_coverage_curve
+from account_tax.evaluation.review import (
+    auto_threshold,
+    coverage,
+    precision_coverage_curve,
+    rows_needed,
+)
 from account_tax.evaluation.unseen_classes import COMPARATOR
 from account_tax.settings import SectionView
 from account_tax.training.temperature import EPSILON, fit_temperature, log_probabilities, softmax
@@ -194,6 +199,7 @@ def assess(
     report["review"] = {
         "target_precision": review.target_precision,
         "confidence_level": review.confidence_level,
+        "rows_needed": rows_needed(review.target_precision, review.confidence_level),
         "threshold": threshold,
         **{
             split: coverage(

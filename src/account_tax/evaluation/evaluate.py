@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,9 @@ from account_tax.workflow_run import log_stage, read_run
 SPLITS = ("validation", "test")
 
 
+log = logging.getLogger(__name__)
+
+
 @dataclass(frozen=True)
 class EvaluatePaths:
     """Evaluate's inputs (the first nine) and outputs."""
@@ -110,6 +114,23 @@ class EvaluatePaths:
             self.reliability,
             self.precision_coverage,
         ]
+
+
+def warn_nothing_posted(candidate: str, report: dict[str, Any]) -> None:
+    """Say why the shipped candidate posts nothing automatically, and what would change it."""
+    review, accuracy = report["review"], report["validation"]["accuracy"]
+    log.warning(
+        "nothing will be posted automatically: on validation no confidence threshold leaves"
+        " %s's rows right at least %s of the time with confidence %s (accuracy %s on %d"
+        " rows; a threshold needs at least %s rows above it, all right). More validation rows"
+        " (split.validation_fraction) or a lower review.confidence_level can change that.",
+        candidate,
+        review["target_precision"],
+        review["confidence_level"],
+        "-" if accuracy is None else f"{accuracy:.3f}",
+        review["validation"]["rows"],
+        review["rows_needed"],
+    )
 
 
 def evaluate(
@@ -162,6 +183,8 @@ def evaluate(
         }
     )
     comparison["shipped"] = shipped.to_dict()
+    if shipped.threshold is None:
+        warn_nothing_posted(shipped.candidate, reports[chosen])
     metrics = {
         **reports[MODEL],
         BASELINE: reports[BASELINE],

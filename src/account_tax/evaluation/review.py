@@ -11,6 +11,7 @@ right, or 236 with one error). Without such a threshold every row goes to review
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,15 @@ def precision_lower_bound(hits: np.ndarray, rows: np.ndarray, level: float) -> n
     rows = np.asarray(rows, dtype=np.float64)
     bound = beta.ppf(1 - level, np.maximum(hits, 1), rows - hits + 1)
     return np.where(hits > 0, bound, 0.0)
+
+
+def rows_needed(target_precision: float, confidence_level: float) -> int | None:
+    """The fewest rows on which a threshold can rest: all of them right, their lower bound
+    just reaches the target. A validation split with fewer can post nothing; None when no
+    count can (a target of 1)."""
+    if target_precision >= 1:
+        return None
+    return math.ceil(math.log(1 - confidence_level) / math.log(target_precision))
 
 
 def auto_threshold(
