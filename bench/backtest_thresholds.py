@@ -1,13 +1,18 @@
-"""Re-decide a finished backtest's periods with the auto-post rule at other confidence levels.
+"""Re-decide a finished backtest's periods with other auto-post rules: other confidence levels,
+other novelty quantiles.
 
 In each period's run the shipped candidate scores the period's validation split again, the rule
 (`auto_threshold`, target `review.target_precision`) picks the threshold at each level, and the
 period's saved predictions say what that threshold posts (novel records stay in review) and how
-often the posted account is right. The models and their predictions are the backtest's own: only
+often the posted account is right. With `--novelty-quantiles`, the threshold at the period's own
+level stays and the novelty threshold is fitted again at each quantile, as evaluate fits it (on
+the correct validation rows' similarity to their nearest train record), and applied to the saved
+predictions' nearest similarities. The models and their predictions are the backtest's own: only
 the decision changes, not what the ledger held afterwards. The first column is what the backtest
 itself posted.
 
 Example: python bench/backtest_thresholds.py results/backtest --levels 0.95 0.9 0.8 0.5
+         python bench/backtest_thresholds.py results/backtest --levels --novelty-quantiles 0 0.05
 """
 
 import argparse
@@ -17,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import yaml
+from scipy.stats import binomtest
 
 from account_tax.backtest.replay import (
     BASELINE_EVIDENCE,
@@ -26,15 +32,16 @@ from account_tax.backtest.replay import (
     trained_model,
 )
 from account_tax.data.serialize import TEXT
-from account_tax.evaluation.evidence import NOVEL
+from account_tax.evaluation.evidence import NEAREST_SIMILARITY, NOVEL, is_novel, novelty_threshold
 from account_tax.evaluation.predict import Candidate
 from account_tax.evaluation.review import AUTO, DECISION, auto_threshold, decisions
 from account_tax.evaluation.shipped import read_shipped
 from account_tax.evaluation.tables import CONFIDENCE, PREDICTED_LABEL
 
 
-def validation_scores(workdir: Path) -> tuple[np.ndarray, np.ndarray]:
-    """The shipped candidate's confidence on each validation row, and whether it was right."""
+def validation_scores(workdir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The shipped candidate's confidence on each validation row, whether it was right, and its
+    similarity to the nearest train record in the candidate's evidence space."""
     candidate = Candidate(
         trained_model(workdir),
         workdir / BASELINE_MODEL,
@@ -42,12 +49,13 @@ def validation_scores(workdir: Path) -> tuple[np.ndarray, np.ndarray]:
         baseline_evidence=workdir / BASELINE_EVIDENCE,
     )
     validation = pl.read_parquet(workdir / "results/serialize/validation.parquet")
-    probabilities = candidate.probabilities(validation[TEXT].to_list())
-    right = probabilities.argmax(axis=1) == validation["label_id"].to_numpy()
-    return probabilities.max(axis=1), right
+    scored = candidate.score(validation[TEXT].to_list())
+    right = scored.probabilities.argmax(axis=1) == validation["label_id"].to_numpy()
+    nearest = candidate.index.part("train").nearest(scored.vectors, 1).similarities[:, 0]
+    return scored.probabilities.max(axis=1), right, nearest
 
 
-def period_rows(workdir: Path, levels: list[float]) -> dict[str, object]:
+def period_rows(workdir: Path, levels: list[float], quantiles: list[float]) -> dict[str, object]:
     config = yaml.safe_load((workdir / "config.yaml").read_text("utf-8"))
     label = config["data"]["columns"]["label"]
     predictions = pl.read_parquet(workdir / f"results/predict/{NEW_RECORDS}.parquet")
@@ -55,10 +63,18 @@ def period_rows(workdir: Path, levels: list[float]) -> dict[str, object]:
     confidence = predictions[CONFIDENCE].to_numpy()
     novel = predictions[NOVEL].to_numpy()
     posted = {"shipped": (predictions[DECISION] == AUTO).to_numpy()}
-    scores = validation_scores(workdir)
+    validation_confidence, validation_right, validation_nearest = validation_scores(workdir)
+    target = config["review"]["target_precision"]
     for level in levels:
-        threshold = auto_threshold(*scores, config["review"]["target_precision"], level)
+        threshold = auto_threshold(validation_confidence, validation_right, target, level)
         posted[str(level)] = decisions(confidence, threshold, novel) == AUTO
+    threshold = auto_threshold(
+        validation_confidence, validation_right, target, config["review"]["confidence_level"]
+    )
+    for quantile in quantiles:
+        similar = novelty_threshold(validation_nearest, validation_right, quantile)
+        novel = is_novel(predictions[NEAREST_SIMILARITY].to_numpy(), similar)
+        posted[f"q{quantile}"] = decisions(confidence, threshold, novel) == AUTO
     row: dict[str, object] = {"period": workdir.name, "rows": len(confidence)}
     for name, mask in posted.items():
         row[f"{name}_posted"] = int(mask.sum())
@@ -66,29 +82,46 @@ def period_rows(workdir: Path, levels: list[float]) -> dict[str, object]:
     return row
 
 
+def posted_summary(posted: int, right: int, rows: int) -> dict[str, object]:
+    """The share posted and how often a post was right, with its exact 95 % interval."""
+    summary: dict[str, object] = {"posted": posted, "share": posted / rows, "precision": None}
+    if posted:
+        interval = binomtest(right, posted).proportion_ci(0.95, method="exact")
+        summary["precision"] = right / posted
+        summary["precision_interval"] = [interval.low, interval.high]
+    return summary
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("backtest", type=Path, help="the backtest's folder (results/backtest)")
-    parser.add_argument("--levels", type=float, nargs="+", default=[0.95, 0.9, 0.8, 0.5])
+    parser.add_argument("--levels", type=float, nargs="*", default=[0.95, 0.9, 0.8, 0.5])
+    parser.add_argument(
+        "--novelty-quantiles",
+        type=float,
+        nargs="*",
+        default=[],
+        help="novelty quantiles to re-decide with, at each period's own confidence level",
+    )
     args = parser.parse_args()
     pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=200)
     summary = {}
     for variant in sorted(path for path in args.backtest.iterdir() if (path / "runs").is_dir()):
         runs = sorted(path for path in (variant / "runs").iterdir() if path.is_dir())
-        table = pl.DataFrame([period_rows(run, args.levels) for run in runs])
+        table = pl.DataFrame(
+            [period_rows(run, args.levels, args.novelty_quantiles) for run in runs]
+        )
         print(f"{variant.name}\n{table}")
         totals = table.drop("period").sum().row(0, named=True)
         summary[variant.name] = {
-            name: {
-                "posted": totals[f"{name}_posted"],
-                "share": totals[f"{name}_posted"] / totals["rows"],
-                "precision": totals[f"{name}_right"] / totals[f"{name}_posted"]
-                if totals[f"{name}_posted"]
-                else None,
-            }
-            for name in ["shipped", *map(str, args.levels)]
+            name: posted_summary(totals[f"{name}_posted"], totals[f"{name}_right"], totals["rows"])
+            for name in [
+                "shipped",
+                *map(str, args.levels),
+                *(f"q{quantile}" for quantile in args.novelty_quantiles),
+            ]
         }
     print(json.dumps(summary, indent=2))
 
