@@ -141,6 +141,15 @@ def test_a_validation_split_too_small_for_the_target_posts_nothing_and_says_why(
     assert "accuracy 1.000 on 20 rows" in caplog.text
     assert "at least 29 rows above it" in caplog.text
     assert assess(perfect(29), LABELS, REVIEW)["review"]["threshold"] is not None
+    # A target of 1 no count of rows can show: the warning says so, not a count.
+    caplog.clear()
+    certain = ReviewSettings.of(target_precision=1.0, confidence_level=0.95)
+    report = assess(perfect(500), LABELS, certain)
+    assert report["review"]["threshold"] is None and report["review"]["rows_needed"] is None
+    with caplog.at_level(logging.WARNING):
+        warn_nothing_posted(MODEL, report)
+    assert "no count of rows can show a precision of 1" in caplog.text
+    assert "None" not in caplog.text
 
 
 def test_assess_reports_calibration_before_and_after_the_temperature():

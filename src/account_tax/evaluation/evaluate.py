@@ -119,17 +119,25 @@ class EvaluatePaths:
 def warn_nothing_posted(candidate: str, report: dict[str, Any]) -> None:
     """Say why the shipped candidate posts nothing automatically, and what would change it."""
     review, accuracy = report["review"], report["validation"]["accuracy"]
+    if review["rows_needed"] is None:
+        needed = "no count of rows can show a precision of 1"
+        remedy = "A review.target_precision below 1"
+    else:
+        needed = f"a threshold needs at least {review['rows_needed']} rows above it, all right"
+        remedy = (
+            "More validation rows (split.validation_fraction) or a lower review.confidence_level"
+        )
     log.warning(
         "nothing will be posted automatically: on validation no confidence threshold leaves"
         " %s's rows right at least %s of the time with confidence %s (accuracy %s on %d"
-        " rows; a threshold needs at least %s rows above it, all right). More validation rows"
-        " (split.validation_fraction) or a lower review.confidence_level can change that.",
+        " rows; %s). %s can change that.",
         candidate,
         review["target_precision"],
         review["confidence_level"],
         "-" if accuracy is None else f"{accuracy:.3f}",
         review["validation"]["rows"],
-        review["rows_needed"],
+        needed,
+        remedy,
     )
 
 
