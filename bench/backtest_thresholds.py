@@ -3,8 +3,9 @@ other novelty quantiles.
 
 In each period's run the shipped candidate scores the period's validation split again, the rule
 (`auto_threshold`, target `review.target_precision`) picks the threshold at each level, and the
-period's saved predictions say what that threshold posts (novel records stay in review) and how
-often the posted account is right. With `--novelty-quantiles`, the threshold at the period's own
+period's saved predictions say what that threshold posts (novel records stay in review), how
+often the posted account is right, and how many wrong posts were records of accounts the
+period's ledger had never booked. With `--novelty-quantiles`, the threshold at the period's own
 level stays and the novelty threshold is fitted again at each quantile, as evaluate fits it (on
 the correct validation rows' similarity to their nearest train record), and applied to the saved
 predictions' nearest similarities. The models and their predictions are the backtest's own: only
@@ -60,6 +61,9 @@ def period_rows(workdir: Path, levels: list[float], quantiles: list[float]) -> d
     label = config["data"]["columns"]["label"]
     predictions = pl.read_parquet(workdir / f"results/predict/{NEW_RECORDS}.parquet")
     right = (predictions[PREDICTED_LABEL] == predictions[label]).to_numpy()
+    # Records of accounts the period's ledger never booked: no model trained on it can be right.
+    booked = pl.read_csv(config["data"]["path"], columns=[label], infer_schema=False)[label]
+    never_booked = ~predictions[label].is_in(booked.str.strip_chars().implode()).to_numpy()
     confidence = predictions[CONFIDENCE].to_numpy()
     novel = predictions[NOVEL].to_numpy()
     posted = {"shipped": (predictions[DECISION] == AUTO).to_numpy()}
@@ -79,15 +83,19 @@ def period_rows(workdir: Path, levels: list[float], quantiles: list[float]) -> d
     for name, mask in posted.items():
         row[f"{name}_posted"] = int(mask.sum())
         row[f"{name}_right"] = int((mask & right).sum())
+        row[f"{name}_wrong_never_booked"] = int((mask & ~right & never_booked).sum())
     return row
 
 
-def posted_summary(posted: int, right: int, rows: int) -> dict[str, object]:
-    """The share posted and how often a post was right, with its exact 95 % interval."""
-    summary: dict[str, object] = {"posted": posted, "share": posted / rows, "precision": None}
+def posted_summary(totals: dict[str, int], name: str) -> dict[str, object]:
+    """A rule's posts over all periods: how many, their share of the records, how often they
+    were right (with the exact 95 % interval), and the wrong ones of accounts never booked."""
+    posted, right = totals[f"{name}_posted"], totals[f"{name}_right"]
+    summary: dict[str, object] = {"posted": posted, "share": posted / totals["rows"]}
+    summary["wrong_never_booked"] = totals[f"{name}_wrong_never_booked"]
+    summary["precision"] = right / posted if posted else None
     if posted:
         interval = binomtest(right, posted).proportion_ci(0.95, method="exact")
-        summary["precision"] = right / posted
         summary["precision_interval"] = [interval.low, interval.high]
     return summary
 
@@ -116,7 +124,7 @@ def main() -> None:
         print(f"{variant.name}\n{table}")
         totals = table.drop("period").sum().row(0, named=True)
         summary[variant.name] = {
-            name: posted_summary(totals[f"{name}_posted"], totals[f"{name}_right"], totals["rows"])
+            name: posted_summary(totals, name)
             for name in [
                 "shipped",
                 *map(str, args.levels),

@@ -217,6 +217,8 @@ def test_re_deciding_a_period_at_its_own_settings_posts_what_it_posted(backteste
         for rule in (str(level), f"q{quantile}"):
             assert row[f"{rule}_posted"] == row["shipped_posted"], (run.name, rule)
             assert row[f"{rule}_right"] == row["shipped_right"], (run.name, rule)
+            wrong = row[f"{rule}_posted"] - row[f"{rule}_right"]
+            assert 0 <= row[f"{rule}_wrong_never_booked"] <= wrong
         assert row["q0.5_posted"] <= row["shipped_posted"]
         posted += row["shipped_posted"]
     assert posted > 0
