@@ -19,6 +19,7 @@ from account_tax.backtest.replay import (
     dated_records,
     period_labels,
     replayed_periods,
+    wrong_posts_of_new_accounts,
 )
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
@@ -144,6 +145,8 @@ def test_every_period_is_predicted_and_every_record_posted_or_reviewed(backteste
     reviewed = pl.read_parquet(runs[1] / "results/predict/period.review.parquet")
     known = "4400" in {*april["account"], *reviewed["account"]}
     assert table["new_accounts"].to_list() == [0, 1, 0 if known else 1]
+    wrong = table["auto_rows"] - (table["auto_rows"] * table["posted_precision"].fill_null(0))
+    assert (table["posted_wrong_new_accounts"] <= wrong.round()).all()
     # Some records are posted; the ambiguous ones cannot all clear the threshold: some are left
     # to people.
     assert table["auto_rows"].sum() > 0
@@ -222,6 +225,21 @@ def test_re_deciding_a_period_at_its_own_settings_posts_what_it_posted(backteste
         assert row["q0.5_posted"] <= row["shipped_posted"]
         posted += row["shipped_posted"]
     assert posted > 0
+
+
+def test_wrong_posts_of_accounts_new_in_the_period_are_counted():
+    predictions = pl.DataFrame(
+        {
+            "account": ["4400", "4400", "4400", "4930", "4930"],
+            "predicted_label": ["4930", "4400", "4930", "4210", "4930"],
+            "decision": ["auto", "auto", "review", "auto", "auto"],
+        }
+    )
+    # Posted wrong, of an account the model never saw: the first row only. The second was
+    # right (through the account's name), the third went to review, the fourth's account was
+    # seen.
+    assert wrong_posts_of_new_accounts(predictions, "account", {"4930", "4210"}) == 1
+    assert wrong_posts_of_new_accounts(predictions, "account", {"4400", "4930", "4210"}) == 0
 
 
 def records_files(tmp_path: Path, dates: list[str | None]) -> tuple[Path, Path]:
