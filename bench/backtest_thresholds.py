@@ -5,12 +5,12 @@ In each period's run the shipped candidate scores the period's validation split 
 (`auto_threshold`, target `review.target_precision`) picks the threshold at each level, and the
 period's saved predictions say what that threshold posts (novel records stay in review), how
 often the posted account is right, and how many wrong posts were records of accounts the
-period's ledger had never booked. With `--novelty-quantiles`, the threshold at the period's own
-level stays and the novelty threshold is fitted again at each quantile, as evaluate fits it (on
-the correct validation rows' similarity to their nearest train record), and applied to the saved
-predictions' nearest similarities. The models and their predictions are the backtest's own: only
-the decision changes, not what the ledger held afterwards. The first column is what the backtest
-itself posted.
+period's ledger had never booked (none in what its model trained on). With `--novelty-
+quantiles`, the threshold at the period's own level stays and the novelty threshold is fitted
+again at each quantile, as evaluate fits it (on the correct validation rows' similarity to their
+nearest train record), and applied to the saved predictions' nearest similarities. The models
+and their predictions are the backtest's own: only the decision changes, not what the ledger
+held afterwards. The first column is what the backtest itself posted.
 
 Example: python bench/backtest_thresholds.py results/backtest --levels 0.95 0.9 0.8 0.5
          python bench/backtest_thresholds.py results/backtest --levels --novelty-quantiles 0 0.05
@@ -31,6 +31,7 @@ from account_tax.backtest.replay import (
     EVALUATION,
     NEW_RECORDS,
     trained_model,
+    trained_on,
 )
 from account_tax.data.serialize import TEXT
 from account_tax.evaluation.evidence import NEAREST_SIMILARITY, NOVEL, is_novel, novelty_threshold
@@ -61,9 +62,9 @@ def period_rows(workdir: Path, levels: list[float], quantiles: list[float]) -> d
     label = config["data"]["columns"]["label"]
     predictions = pl.read_parquet(workdir / f"results/predict/{NEW_RECORDS}.parquet")
     right = (predictions[PREDICTED_LABEL] == predictions[label]).to_numpy()
-    # Records of accounts the period's ledger never booked: no model trained on it can be right.
-    booked = pl.read_csv(config["data"]["path"], columns=[label], infer_schema=False)[label]
-    never_booked = ~predictions[label].is_in(booked.str.strip_chars().implode()).to_numpy()
+    # Records of accounts with no record in what the period's model trained on (the ledger and
+    # its corrections), as the backtest's own table counts them.
+    never_booked = ~predictions[label].is_in(sorted(trained_on(workdir))).to_numpy()
     confidence = predictions[CONFIDENCE].to_numpy()
     novel = predictions[NOVEL].to_numpy()
     posted = {"shipped": (predictions[DECISION] == AUTO).to_numpy()}
