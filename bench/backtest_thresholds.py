@@ -10,7 +10,9 @@ quantiles`, the threshold at the period's own level stays and the novelty thresh
 again at each quantile, as evaluate fits it (on the correct validation rows' similarity to their
 nearest train record), and applied to the saved predictions' nearest similarities. The models
 and their predictions are the backtest's own: only the decision changes, not what the ledger
-held afterwards. The first column is what the backtest itself posted.
+held afterwards. The first column is what the backtest itself posted; `hindsight_posted` is what
+the best threshold in hindsight would have posted at the target precision (the backtest's
+`hindsight_auto_share`, for backtests made before it had that column).
 
 Example: python bench/backtest_thresholds.py results/backtest --levels 0.95 0.9 0.8 0.5
          python bench/backtest_thresholds.py results/backtest --levels --novelty-quantiles 0 0.05
@@ -30,6 +32,7 @@ from account_tax.backtest.replay import (
     BASELINE_MODEL,
     EVALUATION,
     NEW_RECORDS,
+    hindsight_auto_share,
     trained_model,
     trained_on,
 )
@@ -80,7 +83,12 @@ def period_rows(workdir: Path, levels: list[float], quantiles: list[float]) -> d
         similar = novelty_threshold(validation_nearest, validation_right, quantile)
         novel = is_novel(predictions[NEAREST_SIMILARITY].to_numpy(), similar)
         posted[f"q{quantile}"] = decisions(confidence, threshold, novel) == AUTO
-    row: dict[str, object] = {"period": workdir.name, "rows": len(confidence)}
+    hindsight = hindsight_auto_share(predictions, label, target)
+    row: dict[str, object] = {
+        "period": workdir.name,
+        "rows": len(confidence),
+        "hindsight_posted": round(hindsight * len(confidence)),
+    }
     for name, mask in posted.items():
         row[f"{name}_posted"] = int(mask.sum())
         row[f"{name}_right"] = int((mask & right).sum())
@@ -125,6 +133,11 @@ def main() -> None:
         print(f"{variant.name}\n{table}")
         totals = table.drop("period").sum().row(0, named=True)
         summary[variant.name] = {
+            "hindsight": {
+                "posted": totals["hindsight_posted"],
+                "share": totals["hindsight_posted"] / totals["rows"],
+            }
+        } | {
             name: posted_summary(totals, name)
             for name in [
                 "shipped",

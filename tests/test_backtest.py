@@ -17,6 +17,7 @@ from workflow_runner import jobs_run, snakemake
 from account_tax.backtest.replay import (
     BacktestSettings,
     dated_records,
+    hindsight_auto_share,
     period_labels,
     replayed_periods,
     wrong_posts_of_new_accounts,
@@ -147,6 +148,12 @@ def test_every_period_is_predicted_and_every_record_posted_or_reviewed(backteste
     assert table["new_accounts"].to_list() == [0, 1, 0 if known else 1]
     wrong = table["auto_rows"] - (table["auto_rows"] * table["posted_precision"].fill_null(0))
     assert (table["posted_wrong_new_accounts"] <= wrong.round()).all()
+    # Where the fitted threshold kept the target (0.8), the best threshold in hindsight posts at
+    # least as much; it never posts a novel record.
+    kept = table["posted_precision"].fill_null(1) >= 0.8
+    assert (table.filter(kept)["hindsight_auto_share"] >= table.filter(kept)["auto_share"]).all()
+    posted_at_best = table["hindsight_auto_share"] * table["rows"]
+    assert (posted_at_best.round() <= table["rows"] - table["novel_rows"]).all()
     # Some records are posted; the ambiguous ones cannot all clear the threshold: some are left
     # to people.
     assert table["auto_rows"].sum() > 0
@@ -240,6 +247,40 @@ def test_wrong_posts_of_accounts_new_in_the_period_are_counted():
     # seen.
     assert wrong_posts_of_new_accounts(predictions, "account", {"4930", "4210"}) == 1
     assert wrong_posts_of_new_accounts(predictions, "account", {"4400", "4930", "4210"}) == 0
+
+
+def test_the_best_threshold_in_hindsight_posts_the_most_at_the_target_precision():
+    predictions = pl.DataFrame(
+        {
+            "account": ["a", "a", "b", "a", "a", "a"],
+            "predicted_label": ["a", "a", "a", "a", "a", "b"],
+            "confidence": [0.9, 0.8, 0.7, 0.6, 0.5, 0.5],
+            "novel": [False] * 6,
+        }
+    )
+    # Right, right, wrong, right, then a tie of a right and a wrong one.
+    assert hindsight_auto_share(predictions, "account", 0.98) == pytest.approx(2 / 6)
+    assert hindsight_auto_share(predictions, "account", 0.75) == pytest.approx(4 / 6)
+    # A threshold takes a tie whole: at 0.5 both rows (4 right of 6).
+    assert hindsight_auto_share(predictions, "account", 0.6) == 1
+    # A novel record is never posted: without the wrong third one, the first three are right
+    # (then the tie holds a wrong one).
+    novel = predictions.with_columns(novel=pl.Series([False, False, True, False, False, False]))
+    assert hindsight_auto_share(novel, "account", 0.98) == pytest.approx(3 / 6)
+    assert hindsight_auto_share(novel.with_columns(novel=True), "account", 0.98) == 0
+    # 49 of 50 right is 0.98.
+    fifty = pl.DataFrame(
+        {
+            "account": ["a"] * 50,
+            "predicted_label": ["a"] * 49 + ["b"],
+            "confidence": [1.0 - i / 100 for i in range(50)],
+            "novel": [False] * 50,
+        }
+    )
+    assert hindsight_auto_share(fifty, "account", 0.98) == 1
+    assert (
+        hindsight_auto_share(fifty.with_columns(predicted_label=pl.lit("b")), "account", 0.98) == 0
+    )
 
 
 def records_files(tmp_path: Path, dates: list[str | None]) -> tuple[Path, Path]:

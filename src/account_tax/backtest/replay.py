@@ -29,7 +29,7 @@ from account_tax.errors import DataError
 from account_tax.evaluation.assessment import BASELINE, ENSEMBLE, MODEL
 from account_tax.evaluation.evidence import NOVEL
 from account_tax.evaluation.predict import AUTO_THRESHOLD, Candidate
-from account_tax.evaluation.review import AUTO, DECISION, decisions
+from account_tax.evaluation.review import AUTO, DECISION, decisions, precision_coverage_curve
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, PREDICTED_LABEL
 from account_tax.settings import SOURCE_ROW, SectionView
@@ -52,6 +52,7 @@ COLUMNS = (
     "auto_rows",
     "auto_share",
     "posted_precision",
+    "hindsight_auto_share",
     "review_rows",
     "novel_rows",
     "novel_held_back",
@@ -278,6 +279,22 @@ def wrong_posts_of_new_accounts(predictions: pl.DataFrame, label: str, seen: set
     ).height
 
 
+def hindsight_auto_share(predictions: pl.DataFrame, label: str, target_precision: float) -> float:
+    """The share of the period's records that the best threshold in hindsight would have posted
+    with its posts right at least `target_precision` of the time (novel records held back, as
+    shipped): what the candidate's ranking of the period's records allows, without the
+    uncertainty of a threshold fitted on a validation split."""
+    eligible = predictions.filter(~pl.col(NOVEL))
+    if eligible.is_empty():
+        return 0.0
+    _, rows, precision, _ = precision_coverage_curve(
+        eligible[CONFIDENCE].to_numpy(), (eligible[PREDICTED_LABEL] == eligible[label]).to_numpy()
+    )
+    # A tolerance, so that 49 of 50 right meets 0.98 whatever the rounding of the division.
+    meets = precision >= target_precision - 1e-9
+    return float(rows[meets].max()) / predictions.height if meets.any() else 0.0
+
+
 def score_period(
     period: str,
     records: pl.DataFrame,
@@ -290,7 +307,8 @@ def score_period(
     """The period's figures: every record predicted, posted or left to review (checked), the
     share posted and how often a posted account was right, the novel records and those the
     novelty rule kept from being posted (and how many of them the model had right), the
-    accounts new this period and the wrong posts of their records."""
+    accounts new this period and the wrong posts of their records, and the share the best
+    threshold in hindsight would have posted."""
     if predictions.height != records.height:
         raise DataError(
             f"{workdir}: {records.height} records in the period, {predictions.height} predicted"
@@ -312,6 +330,9 @@ def score_period(
         "auto_rows": auto.height,
         "auto_share": auto.height / predictions.height,
         "posted_precision": right / auto.height if auto.height else None,
+        "hindsight_auto_share": hindsight_auto_share(
+            predictions, spec.label, evaluation["review"]["target_precision"]
+        ),
         "review_rows": review,
         "novel_rows": predictions[NOVEL].sum(),
         "novel_held_back": held.height,
