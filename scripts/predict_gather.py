@@ -1,6 +1,7 @@
 """Gather the shards of a prediction into one predictions file, one rejects file (both in input
-order) and one file of the rows to review, least confident first; check that every input row is
-in the predictions or the rejects, and log the counts."""
+order) and one file of the rows to review, least confident first (sorted `predict.chunk_rows`
+rows at a time); check that every input row is in the predictions or the rejects, and log the
+counts."""
 
 from pathlib import Path
 
@@ -28,7 +29,12 @@ def main() -> None:
         PredictPaths(*files)
         for files in zip(args.predictions_parts, args.rejects_parts, args.review_parts, strict=True)
     ]
-    counts = gather_parts(parts, args.records, PredictPaths(args.output, args.rejects, args.review))
+    counts = gather_parts(
+        parts,
+        args.records,
+        PredictPaths(args.output, args.rejects, args.review),
+        args.settings["predict"]["chunk_rows"],
+    )
     log_stage(
         args.tracking,
         f"predict/{args.output.stem}",

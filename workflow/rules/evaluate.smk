@@ -212,7 +212,7 @@ rule predict:
         script=script("predict_gather"),
         code=code_sha256("predict_gather"),
         tracking=RUN_FILE,
-        settings=settings("predict.shards"),
+        settings=settings("predict.shards", "predict.chunk_rows"),
         paths=path_options(),
     shell:
         "python {params.script} --settings {params.settings:q} {params.paths}"
