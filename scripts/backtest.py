@@ -37,7 +37,13 @@ def main() -> None:
         {
             f"{row['period']}/{name}": row[name]
             for row in table.iter_rows(named=True)
-            for name in ("auto_share", "posted_precision", "review_rows", "cpu_minutes")
+            for name in (
+                "auto_share",
+                "posted_precision",
+                "hindsight_auto_share",
+                "review_rows",
+                "cpu_minutes",
+            )
             if row[name] is not None
         },
         [args.output],

@@ -10,6 +10,7 @@ import backtest_thresholds
 import polars as pl
 import pytest
 import yaml
+from mlflow.tracking import MlflowClient
 from sample_ledger import LEDGER_COLUMNS, ledger_config, ledger_row
 from tiny_models import build_tiny_bert
 from workflow_runner import jobs_run, snakemake
@@ -154,6 +155,12 @@ def test_every_period_is_predicted_and_every_record_posted_or_reviewed(backteste
     assert (table.filter(kept)["hindsight_auto_share"] >= table.filter(kept)["auto_share"]).all()
     posted_at_best = table["hindsight_auto_share"] * table["rows"]
     assert (posted_at_best.round() <= table["rows"] - table["novel_rows"]).all()
+    # The workflow's MLflow run has each period's figures.
+    run = json.loads((workdir / "results/tracking/run.json").read_text())
+    metrics = MlflowClient(tracking_uri=run["tracking_uri"]).get_run(run["run_id"]).data.metrics
+    for row in table.iter_rows(named=True):
+        for name in ("auto_share", "hindsight_auto_share", "review_rows"):
+            assert metrics[f"backtest/loop/{row['period']}/{name}"] == pytest.approx(row[name])
     # Some records are posted; the ambiguous ones cannot all clear the threshold: some are left
     # to people.
     assert table["auto_rows"].sum() > 0
