@@ -402,9 +402,6 @@ def write_least_confident_first(sources: list[Path], target: Path, bucket_rows: 
     about `bucket_rows` rows at a time and one integer per row. Rows to review can be a quarter
     of a ledger's, and sorting them at once held them all (2.4 GB for 1.3 million, bench/README)."""
     keys = np.sort(review_order(pl.scan_parquet(sources).select(CONFIDENCE, SOURCE_ROW).collect()))
-    if len(keys) <= bucket_rows:
-        write_parquet(pl.scan_parquet(sources).sort(CONFIDENCE, SOURCE_ROW), target)
-        return
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as work:
         ordered = PartWriter(Path(work) / "ordered.parquet")
