@@ -4,6 +4,7 @@ before's model."""
 
 import itertools
 import json
+import textwrap
 from pathlib import Path
 
 import backtest_thresholds
@@ -21,6 +22,7 @@ from account_tax.backtest.replay import (
     hindsight_auto_share,
     period_labels,
     replayed_periods,
+    run_workflow,
     wrong_posts_of_new_accounts,
 )
 from account_tax.data.spec import DataSpec
@@ -321,3 +323,29 @@ def test_a_backtest_needs_a_date_on_every_record_and_an_id(tmp_path):
     undated = DataSpec.from_config(ledger_config(tmp_path / "x.csv", columns=columns))
     with pytest.raises(DataError, match=r"no date column \(data.columns.date\)"):
         dated_records(raw, labelled, undated, BacktestSettings.of())
+
+
+def test_every_periods_run_uses_the_projects_compiled_extensions(tmp_path, monkeypatch):
+    """Each period runs in a folder of its own; DeepSpeed's module must not be compiled again
+    there (some 75 CPU seconds a period)."""
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    snakefile = tmp_path / "Snakefile"
+    snakefile.write_text(
+        textwrap.dedent(
+            """
+            rule period:
+                output:
+                    "results/evaluate/metrics.json",
+                    "results/predict/period.parquet",
+                shell:
+                    "for f in {output}; do echo $TORCH_EXTENSIONS_DIR > $f; done"
+            """
+        )
+    )
+    for period in ("01-2024-03", "02-2024-04"):
+        workdir = tmp_path / "runs" / period
+        workdir.mkdir(parents=True)
+        run_workflow(snakefile, workdir, {}, cores=1)
+        extensions = (workdir / "results/evaluate/metrics.json").read_text().strip()
+        assert extensions == str(tmp_path / ".cache" / "torch_extensions")

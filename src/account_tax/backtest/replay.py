@@ -12,6 +12,7 @@ import csv
 import dataclasses
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -33,6 +34,7 @@ from account_tax.evaluation.review import AUTO, DECISION, decisions, precision_c
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, PREDICTED_LABEL
 from account_tax.settings import SOURCE_ROW, SectionView
+from account_tax.training.settings import EXTENSIONS_DIR
 
 log = logging.getLogger(__name__)
 
@@ -196,9 +198,16 @@ def run_workflow(snakefile: Path, workdir: Path, config: dict[str, Any], cores: 
         "--configfile",
         str(config_path),
     ]
+    # Compiled once for the backtest, not once per period's folder.
+    extensions = os.environ.get("TORCH_EXTENSIONS_DIR") or str(EXTENSIONS_DIR.resolve())
     started = time.perf_counter()
     with (workdir / "snakemake.log").open("w", encoding="utf-8") as out:
-        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT)
+        done = subprocess.run(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=os.environ | {"TORCH_EXTENSIONS_DIR": extensions},
+        )
     if done.returncode != 0:
         raise DataError(
             f"the workflow of period {workdir.name} failed ({done.returncode}):"

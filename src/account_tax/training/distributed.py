@@ -11,7 +11,6 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NoReturn
 
 import deepspeed
@@ -19,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from account_tax.ports import free_ports
+from account_tax.training.settings import EXTENSIONS_DIR
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,7 @@ def set_launch_defaults() -> None:
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     # A free port, not a fixed one: two single-process jobs may run side by side.
     os.environ.setdefault("MASTER_PORT", str(free_ports(1)[0]))
-    # DeepSpeed compiles a CPU communication module on first use; keep it with the project, not
-    # in the home folder.
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(".cache/torch_extensions").resolve()))
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(EXTENSIONS_DIR.resolve()))
     # Rust tokenizer threads and forked DataLoader workers deadlock; tokenization is done up front.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

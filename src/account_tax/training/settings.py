@@ -4,8 +4,14 @@ which documents every key and holds its default)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from account_tax.settings import SectionView
+
+EXTENSIONS_DIR = Path(".cache/torch_extensions")
+"""Where DeepSpeed keeps the CPU communication module it compiles on first use (some 75 CPU
+seconds), relative to the project: with the project, not in the home folder, and shared by the
+runs a backtest starts in folders of their own."""
 
 RUN_ONLY_KEYS = frozenset(
     {
