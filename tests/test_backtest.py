@@ -26,6 +26,7 @@ from account_tax.backtest.replay import (
     wrong_posts_of_new_accounts,
 )
 from account_tax.data.spec import DataSpec
+from account_tax.data.split import TRAINED_ROWS
 from account_tax.errors import DataError
 
 pytestmark = pytest.mark.workflow
@@ -211,6 +212,9 @@ def test_reviewed_records_come_back_as_corrections_with_the_account_a_person_cho
         assert (booked["predicted_label"] == booked["account_right"]).all()
 
 
+MODEL_DIR = "results/train/segment-1/model"
+
+
 def test_each_period_starts_from_the_period_befores_model(backtested):
     workdir, _ = backtested
     runs = period_runs(workdir)
@@ -221,6 +225,15 @@ def test_each_period_starts_from_the_period_befores_model(backtested):
         assert info["head_init"]["method"] == "warm_start"
         assert info["head_init"]["from"] == str(earlier / "results/train/segment-1/model")
         assert info["settings"]["epochs"] == 1
+        # The records the model it continues has learned are neither validation nor test rows.
+        learned = set(pl.read_parquet(earlier / MODEL_DIR / TRAINED_ROWS)["id"].to_list())
+        held_out = pl.concat(
+            pl.read_parquet(later / f"results/split/{name}.parquet")
+            for name in ("validation", "test")
+        )
+        assert held_out.height > 0 and not learned & set(held_out["entry_id"].to_list())
+        report = json.loads((later / "results/split/split_report.json").read_text())
+        assert report["learned_rows"] == len(learned)
 
 
 def test_re_deciding_a_period_at_its_own_settings_posts_what_it_posted(backtested):

@@ -16,6 +16,7 @@ from account_tax.data.split import (
     assign_group_splits,
     assign_splits,
     assign_time_splits,
+    keep_learned_in_train,
     rows_sha256,
     split,
 )
@@ -104,6 +105,78 @@ def test_split_files_report_and_hashes(tmp_path):
 
     again = split(source, spec, SplitSettings.of({"seed": 3}), tmp_path / "again", 0)
     assert again["splits"] == report["splits"]
+
+
+def growing_ledger(tmp_path, name: str, rows: int, seed: int) -> tuple:
+    """A ledger of `rows` records of two accounts (ids e0, e1, ...), in a shuffled order."""
+    order = np.random.default_rng(seed).permutation(rows)
+    frame = pl.DataFrame(
+        {
+            "source_row": range(1, rows + 1),
+            "entry_id": [f"e{i}" for i in order],
+            "account": ["4930" if i % 3 else "4210" for i in order],
+        }
+    )
+    source = tmp_path / f"{name}.parquet"
+    frame.write_parquet(source)
+    return source, DataSpec.from_config(ledger_config(tmp_path / "x.csv"))
+
+
+def split_ids(folder) -> dict[str, set[str]]:
+    return {
+        name: set(pl.read_parquet(folder / f"{name}.parquet").get_column("entry_id").to_list())
+        for name in SPLITS
+    }
+
+
+def test_a_warm_starts_split_keeps_what_its_model_learned_in_train(tmp_path):
+    """A month later the ledger has grown: drawn afresh, its validation and test would hold
+    records the model of last month trained on, which a warm start continues."""
+    options = SplitSettings.of({"seed": 3})
+    before, spec = growing_ledger(tmp_path, "before", 300, seed=1)
+    split(before, spec, options, tmp_path / "before", 0)
+    learned = pl.Series(sorted(split_ids(tmp_path / "before")["train"]))
+    after, _ = growing_ledger(tmp_path, "after", 390, seed=2)
+
+    split(after, spec, options, tmp_path / "afresh", 0)
+    afresh = split_ids(tmp_path / "afresh")
+    assert afresh["validation"] & set(learned) and afresh["test"] & set(learned)
+
+    report = split(after, spec, options, tmp_path / "warm", 0, learned)
+    warm = split_ids(tmp_path / "warm")
+    assert not (warm["validation"] | warm["test"]) & set(learned)
+    assert learned.len() == 240 and set(learned) <= warm["train"]
+    # The held-out shares are as large as afresh: drawn from the records the model has not seen.
+    assert {name: len(ids) for name, ids in warm.items()} == {
+        name: len(ids) for name, ids in afresh.items()
+    }
+    assert (report["learned_rows"], report["learned_rows_moved_to_train"]) == (240, 0)
+    assert json.loads((tmp_path / "warm" / "split_report.json").read_text()) == report
+
+
+def test_learned_records_stay_in_train_even_where_too_few_others_are_left(tmp_path):
+    # 19 of a class's 20 records learned: its two validation and two test rows cannot all be new.
+    series = labels({"4930": 20})
+    learned = np.arange(20) > 0
+    plain = assign_splits(series, SplitSettings.of({"seed": 1}))
+    ranked = assign_splits(series, SplitSettings.of({"seed": 1}), learned)
+    kept, moved = keep_learned_in_train(ranked, learned)
+    assert (ranked[0] != "train") and (plain == "train").sum() == 16
+    assert moved == 3
+    assert kept.to_list() == [ranked[0]] + ["train"] * 19
+
+
+def test_a_time_split_moves_learned_records_out_of_the_latest_dates(tmp_path):
+    frame = ledger_rows(100)
+    source, spec = write_ledger(tmp_path, frame)
+    options = SplitSettings.of(strategy="time", date_column="date", seed=3)
+    afresh = split(source, spec, options, tmp_path / "afresh", 0)
+    latest = frame.sort("date").get_column("entry_id").tail(5)
+    report = split(source, spec, options, tmp_path / "warm", 0, latest)
+    warm = split_ids(tmp_path / "warm")
+    assert set(latest) <= warm["train"]
+    assert report["learned_rows_moved_to_train"] == 5
+    assert report["splits"]["train"]["rows"] == afresh["splits"]["train"]["rows"] + 5
 
 
 SPLIT_IN_SUBPROCESS = """

@@ -14,13 +14,13 @@ import pytest
 import torch
 from conftest import LABELS, REPO, ledger_rows
 
+from account_tax.data.split import TRAINED_ROWS
 from account_tax.errors import DataError
 from account_tax.training.head_init import trained_head
 from account_tax.training.inference import load_classifier, predict_logits
 from account_tax.training.model import build_model, prepare_for_training
 from account_tax.training.settings import TrainSettings
 from account_tax.training.warm_start import (
-    TRAINED_ROWS,
     InitModel,
     check_label_ids,
     copy_head_rows,

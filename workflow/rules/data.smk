@@ -120,6 +120,7 @@ rule features:
 
 rule split:
     input:
+        **init_model(),
         input="results/features/records.parquet",
     output:
         splits=expand("results/split/{split}.parquet", split=SPLITS),

@@ -15,7 +15,10 @@ the per-class and total counts come closest to the fractions. Single rows and ro
 value then fill, class by class, what each split still lacks, as in `stratified`.
 
 Whatever the strategy, the classes of `evaluate.holdout_classes` go wholly to test, to measure the
-model on accounts it never saw.
+model on accounts it never saw. A warm start's split keeps in train every record the model it
+starts from has learned (its `trained_rows.parquet`): validation and test are then drawn from the
+others, so that neither the shipping decision nor the auto-post threshold nor the test scores rest
+on records the model has already been trained on.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import polars as pl
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
 from account_tax.io import write_json, write_parquets
-from account_tax.settings import SectionView
+from account_tax.settings import SOURCE_ROW, SectionView
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,9 @@ SPLIT_DTYPE = pl.Enum(SPLITS)
 # The split of a code (an index into SPLITS), gathered into a column.
 SPLIT_OF_CODE = pl.Series(SPLIT, SPLITS, dtype=SPLIT_DTYPE)
 TRAIN, VALIDATION, TEST = range(len(SPLITS))
+TRAINED_ROWS = "trained_rows.parquet"
+"""In an exported model's folder: the id and label of every row the model has learned (its own
+training rows and those of the models it was warm-started from)."""
 
 
 @dataclass(frozen=True)
@@ -106,14 +112,20 @@ def holdout_classes(
     return sorted(eligible[index] for index in chosen)
 
 
-def assign_splits(labels: pl.Series, options: SplitSettings) -> pl.Series:
-    """The split of each row (a `SPLIT_DTYPE`), in row order, from the labels alone."""
+def assign_splits(
+    labels: pl.Series, options: SplitSettings, learned: np.ndarray | None = None
+) -> pl.Series:
+    """The split of each row (a `SPLIT_DTYPE`), in row order, from the labels alone. Rows that
+    `learned` marks (a warm start's) come last in their class, so that its held-out shares are
+    drawn from the others first."""
     seed = options.seed
     min_class_size = options.min_class_size
     validation_fraction = options.validation_fraction
     test_fraction = options.test_fraction
     check_min_class_size(options)
     key = np.random.default_rng(seed).random(len(labels))
+    if learned is not None:
+        key += learned
     # Each window and share is computed once, as a column, not once per use in the conditions.
     frame = pl.DataFrame({"label": labels, "key": key}).select(
         pl.len().over("label").alias("size"),
@@ -344,25 +356,49 @@ def rows_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def learned_ids(init_model: Path) -> pl.Series:
+    """The ids of the records a warm start's model has learned."""
+    path = init_model / TRAINED_ROWS
+    if not path.is_file():
+        raise DataError(f"{init_model}: not a model this workflow exported: no {TRAINED_ROWS}")
+    return pl.read_parquet(path, columns=["id"]).get_column("id").cast(pl.String)
+
+
+def keep_learned_in_train(splits: pl.Series, learned: np.ndarray) -> tuple[pl.Series, int]:
+    """`splits` with every learned row in train, and how many were moved there."""
+    moved = learned & (splits != "train").to_numpy()
+    kept = pl.select(pl.when(pl.Series(moved)).then(pl.lit("train")).otherwise(splits))
+    return kept.to_series().cast(SPLIT_DTYPE).alias(SPLIT), int(moved.sum())
+
+
 def split(
     source: Path,
     spec: DataSpec,
     options: SplitSettings,
     out_dir: Path,
     holdout: int | tuple[str, ...],
+    learned: pl.Series | None = None,
 ) -> dict[str, Any]:
-    """Write `<split>.parquet` for each split and `split_report.json`; return the report."""
+    """Write `<split>.parquet` for each split and `split_report.json`; return the report.
+    `learned`: the ids a warm start's model has learned (`learned_ids`), kept in train."""
     records = pl.scan_parquet(source)
     strategy = options.strategy
     column = strategy_column(spec, records.collect_schema().names(), options)
     held = records.select(spec.label, *([column] if column else [])).collect(engine="streaming")
     labels = held.get_column(spec.label)
+    learned_rows = None
+    if learned is not None:
+        ids = pl.col(spec.id or SOURCE_ROW).cast(pl.String)
+        learned_rows = records.select(ids.is_in(learned.implode())).collect().to_series().to_numpy()
     if strategy == "time":
         splits = assign_time_splits(held.get_column(column), options)
     elif strategy == "group":
         splits = assign_group_splits(labels, held.get_column(column), options)
     else:
-        splits = assign_splits(labels, options)
+        splits = assign_splits(labels, options, learned_rows)
+    moved = 0
+    if learned_rows is not None:
+        splits, moved = keep_learned_in_train(splits, learned_rows)
     held_out = holdout_classes(labels, holdout, options.seed, source)
     if held_out:
         splits = (
@@ -386,6 +422,10 @@ def split(
         "holdout_classes": held_out,
         "splits": {},
     }
+    if learned_rows is not None:
+        # Of the rows the starting model learned, those the strategy alone would have held out.
+        report["learned_rows"] = int(learned_rows.sum())
+        report["learned_rows_moved_to_train"] = moved
     paths = {name: out_dir / f"{name}.parquet" for name in SPLITS}
     write_parquets(
         {paths[name]: records.filter(pl.col(SPLIT) == name).drop(SPLIT) for name in SPLITS}

@@ -17,6 +17,7 @@ from peft import PeftModel, get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file
 
 from account_tax.data.features import LABEL_MAP
+from account_tax.data.split import TRAINED_ROWS
 from account_tax.errors import DataError
 from account_tax.io import write_parquet
 from account_tax.storage.manifest import MANIFEST
@@ -26,9 +27,6 @@ from account_tax.training.settings import TrainSettings
 
 log = logging.getLogger(__name__)
 
-TRAINED_ROWS = "trained_rows.parquet"
-"""In an exported model's folder: the id and label of every row the model has learned (its own
-training rows and those of the models it was warm-started from)."""
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 HEAD_PREFIX = f"base_model.model.{HEAD_MODULE}."
 # What a warm start must share with the model it starts from.
