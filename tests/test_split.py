@@ -129,9 +129,26 @@ def split_ids(folder) -> dict[str, set[str]]:
     }
 
 
+def test_a_record_keeps_its_side_as_the_ledger_grows_and_its_rows_move(tmp_path):
+    options = SplitSettings.of({"seed": 3})
+    before, spec = growing_ledger(tmp_path, "before", 300, seed=1)
+    split(before, spec, options, tmp_path / "before", 0)
+    shuffled, _ = growing_ledger(tmp_path, "shuffled", 300, seed=5)
+    split(shuffled, spec, options, tmp_path / "shuffled", 0)
+    assert split_ids(tmp_path / "shuffled") == split_ids(tmp_path / "before")
+
+    after, _ = growing_ledger(tmp_path, "after", 390, seed=2)
+    split(after, spec, options, tmp_path / "after", 0)
+    was, now = split_ids(tmp_path / "before"), split_ids(tmp_path / "after")
+    for name in SPLITS:
+        assert len(was[name] & now[name]) >= 0.9 * len(was[name]), name
+    split(before, spec, SplitSettings.of({"seed": 4}), tmp_path / "other-seed", 0)
+    assert split_ids(tmp_path / "other-seed") != was
+
+
 def test_a_warm_starts_split_keeps_what_its_model_learned_in_train(tmp_path):
-    """A month later the ledger has grown: drawn afresh, its validation and test would hold
-    records the model of last month trained on, which a warm start continues."""
+    """A month later the ledger has grown: drawn afresh, a few records the model of last month
+    trained on, which a warm start continues, cross into validation or test."""
     options = SplitSettings.of({"seed": 3})
     before, spec = growing_ledger(tmp_path, "before", 300, seed=1)
     split(before, spec, options, tmp_path / "before", 0)
@@ -140,7 +157,7 @@ def test_a_warm_starts_split_keeps_what_its_model_learned_in_train(tmp_path):
 
     split(after, spec, options, tmp_path / "afresh", 0)
     afresh = split_ids(tmp_path / "afresh")
-    assert afresh["validation"] & set(learned) and afresh["test"] & set(learned)
+    assert (afresh["validation"] | afresh["test"]) & set(learned)
 
     report = split(after, spec, options, tmp_path / "warm", 0, learned)
     warm = split_ids(tmp_path / "warm")
@@ -159,7 +176,7 @@ def test_learned_records_stay_in_train_even_where_too_few_others_are_left(tmp_pa
     series = labels({"4930": 20})
     learned = np.arange(20) > 0
     plain = assign_splits(series, SplitSettings.of({"seed": 1}))
-    ranked = assign_splits(series, SplitSettings.of({"seed": 1}), learned)
+    ranked = assign_splits(series, SplitSettings.of({"seed": 1}), learned=learned)
     kept, moved = keep_learned_in_train(ranked, learned)
     assert (ranked[0] != "train") and (plain == "train").sum() == 16
     assert moved == 3

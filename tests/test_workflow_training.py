@@ -1065,6 +1065,10 @@ def test_a_warm_start_from_the_champion_keeps_its_ids_and_learns_the_corrections
     metrics = json.loads((copy / "results/train/segment-2/metrics.json").read_text())
     assert metrics["epochs"] == 2
     assert metrics["train_rows"] == len(new) + info["head_init"]["replayed_rows"]
+    # What the champion learned is kept out of validation and test, whose rows it has not seen.
+    for name in ("validation", "test"):
+        held_out = pl.read_parquet(copy / f"results/serialize/{name}.parquet")
+        assert held_out.height > 0 and not set(held_out["id"]) & set(learned["id"])
 
 
 def test_an_onnx_model_that_passes_its_check_predicts_as_pytorch_does(trained, tmp_path):

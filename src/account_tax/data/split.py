@@ -1,9 +1,10 @@
 """Split: train/validation/test by one of three strategies, deterministic by seed.
 
-`stratified`: within each class the rows are ordered by a seeded random key; the first `n_test`
-go to test, the next `n_validation` to validation, the rest to train. A class with at least
-`min_class_size` rows gets at least one row in every split with a non-zero fraction; a smaller
-class goes to train only and is listed in the report, since it cannot be stratified.
+`stratified`: within each class the rows are ordered by a key drawn from each record's id and the
+seed; the first `n_test` go to test, the next `n_validation` to validation, the rest to train. A
+record keeps its key as the ledger grows, so it mostly keeps its side of the split. A class with
+at least `min_class_size` rows gets at least one row in every split with a non-zero fraction; a
+smaller class goes to train only and is listed in the report, since it cannot be stratified.
 
 `time`: by `date_column`, validation and test are the latest dates, next month's ledger in
 miniature. Rows of one date stay together; each boundary is the date boundary whose held-out
@@ -112,18 +113,29 @@ def holdout_classes(
     return sorted(eligible[index] for index in chosen)
 
 
+def record_keys(ids: pl.Series, seed: int) -> np.ndarray:
+    """A number in [0, 1) per record from its id and the seed alone: a record keeps its key, and
+    so its place in its class's order, when the ledger grows or its rows move."""
+    hashes = ids.cast(pl.String).hash(seed=seed).to_numpy()
+    return (hashes >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
 def assign_splits(
-    labels: pl.Series, options: SplitSettings, learned: np.ndarray | None = None
+    labels: pl.Series,
+    options: SplitSettings,
+    ids: pl.Series | None = None,
+    learned: np.ndarray | None = None,
 ) -> pl.Series:
-    """The split of each row (a `SPLIT_DTYPE`), in row order, from the labels alone. Rows that
-    `learned` marks (a warm start's) come last in their class, so that its held-out shares are
-    drawn from the others first."""
+    """The split of each row (a `SPLIT_DTYPE`), in row order. Each class's rows are ordered by
+    their `ids`' keys (`record_keys`), or without ids by a seeded random draw per position. Rows
+    that `learned` marks (a warm start's) come last in their class, so that its held-out shares
+    are drawn from the others first."""
     seed = options.seed
     min_class_size = options.min_class_size
     validation_fraction = options.validation_fraction
     test_fraction = options.test_fraction
     check_min_class_size(options)
-    key = np.random.default_rng(seed).random(len(labels))
+    key = np.random.default_rng(seed).random(len(labels)) if ids is None else record_keys(ids, seed)
     if learned is not None:
         key += learned
     # Each window and share is computed once, as a column, not once per use in the conditions.
@@ -386,16 +398,14 @@ def split(
     column = strategy_column(spec, records.collect_schema().names(), options)
     held = records.select(spec.label, *([column] if column else [])).collect(engine="streaming")
     labels = held.get_column(spec.label)
-    learned_rows = None
-    if learned is not None:
-        ids = pl.col(spec.id or SOURCE_ROW).cast(pl.String)
-        learned_rows = records.select(ids.is_in(learned.implode())).collect().to_series().to_numpy()
+    ids = records.select(pl.col(spec.id or SOURCE_ROW).cast(pl.String)).collect().to_series()
+    learned_rows = None if learned is None else ids.is_in(learned.implode()).to_numpy()
     if strategy == "time":
         splits = assign_time_splits(held.get_column(column), options)
     elif strategy == "group":
         splits = assign_group_splits(labels, held.get_column(column), options)
     else:
-        splits = assign_splits(labels, options, learned_rows)
+        splits = assign_splits(labels, options, ids, learned_rows)
     moved = 0
     if learned_rows is not None:
         splits, moved = keep_learned_in_train(splits, learned_rows)
