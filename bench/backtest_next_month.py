@@ -24,23 +24,21 @@ from account_tax.evaluation.bootstrap import ScoredRows, paired_bootstrap
 from account_tax.evaluation.metrics import TOP_K
 from account_tax.training.inference import load_classifier, score_texts
 from account_tax.training.model import read_training_info
+from account_tax.training.temperature import softmax
 
 
-def scored(model_dir: Path, texts: list[str], truth: list[str], labels: list[str]) -> ScoredRows:
+def scored(model_dir: Path, texts: list[str], truth: np.ndarray, labels: list[str]) -> ScoredRows:
     """The model's predictions of `texts` as indices into `labels` (every account either model
-    or the records know)."""
+    or the records know), as `truth` is."""
     model, tokenizer, own_labels = load_classifier(model_dir, "cpu", torch.float32)
     max_length = read_training_info(model_dir)["settings"]["max_length"]
     logits, _ = score_texts(model, tokenizer, texts, 64, max_length)
     index = np.array([labels.index(label) for label in own_labels])
     top_k = index[np.argsort(-logits, axis=1)[:, :TOP_K]]
-    truth_index = np.array([labels.index(label) for label in truth])
-    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
-    confidence = (probabilities / probabilities.sum(axis=1, keepdims=True)).max(axis=1)
     return ScoredRows(
         predicted=top_k[:, 0],
-        top_k_hit=(top_k == truth_index[:, None]).any(axis=1),
-        confidence=confidence,
+        top_k_hit=(top_k == truth[:, None]).any(axis=1),
+        confidence=softmax(logits).max(axis=1),
         threshold=None,
     )
 
@@ -71,8 +69,8 @@ def main() -> None:
         texts, truth = records[TEXT].to_list(), records[label].cast(pl.String).to_list()
         models = {variant: trained_model(runs[variant][period]) for variant in args.variants}
         labels = sorted(set(truth).union(*(read_labels(m / LABEL_MAP) for m in models.values())))
-        rows = {variant: scored(m, texts, truth, labels) for variant, m in models.items()}
         truth_index = np.array([labels.index(account) for account in truth])
+        rows = {variant: scored(m, texts, truth_index, labels) for variant, m in models.items()}
         result = paired_bootstrap(truth_index, rows, len(labels), resamples=args.resamples)
 
         scores = result["models"]

@@ -433,7 +433,7 @@ def split(
         "splits": {},
     }
     if learned_rows is not None:
-        # Of the rows the starting model learned, those the strategy alone would have held out.
+        # The rows the starting model learned, and those of them moved from validation or test.
         report["learned_rows"] = int(learned_rows.sum())
         report["learned_rows_moved_to_train"] = moved
     paths = {name: out_dir / f"{name}.parquet" for name in SPLITS}
