@@ -10,7 +10,7 @@ from pathlib import Path
 from account_tax import cli
 from account_tax.data.plots import plot_split_distribution
 from account_tax.data.spec import DataSpec
-from account_tax.data.split import SplitSettings, counts_table, learned_ids, split
+from account_tax.data.split import SplitSettings, counts_table, read_trained_rows, split
 from account_tax.settings import EvaluateSettings
 from account_tax.workflow_run import log_stage
 
@@ -28,7 +28,7 @@ def main() -> None:
     spec = DataSpec.from_config(args.settings)
     options = SplitSettings.of(args.settings["split"])
     holdout = EvaluateSettings.of(args.settings["evaluate"]).holdout_classes
-    learned = learned_ids(args.init_model) if args.init_model else None
+    learned = read_trained_rows(args.init_model)["id"] if args.init_model else None
     report = split(args.input, spec, options, args.out_dir, holdout, learned)
     plot_split_distribution(report["per_class"], args.plot)
     args.counts_table.write_text(counts_table(report), encoding="utf-8")

@@ -368,12 +368,12 @@ def rows_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def learned_ids(init_model: Path) -> pl.Series:
-    """The ids of the records a warm start's model has learned."""
-    path = init_model / TRAINED_ROWS
+def read_trained_rows(model_dir: Path) -> pl.DataFrame:
+    """The id (as text) and label of every record an exported model has learned."""
+    path = model_dir / TRAINED_ROWS
     if not path.is_file():
-        raise DataError(f"{init_model}: not a model this workflow exported: no {TRAINED_ROWS}")
-    return pl.read_parquet(path, columns=["id"]).get_column("id").cast(pl.String)
+        raise DataError(f"{model_dir}: not a model this workflow exported: no {TRAINED_ROWS}")
+    return pl.read_parquet(path, columns=["id", "label"]).with_columns(pl.col("id").cast(pl.String))
 
 
 def keep_learned_in_train(splits: pl.Series, learned: np.ndarray) -> tuple[pl.Series, int]:
@@ -392,7 +392,7 @@ def split(
     learned: pl.Series | None = None,
 ) -> dict[str, Any]:
     """Write `<split>.parquet` for each split and `split_report.json`; return the report.
-    `learned`: the ids a warm start's model has learned (`learned_ids`), kept in train."""
+    `learned`: the ids a warm start's model has learned (`read_trained_rows`), kept in train."""
     records = pl.scan_parquet(source)
     strategy = options.strategy
     column = strategy_column(spec, records.collect_schema().names(), options)

@@ -17,7 +17,7 @@ from peft import PeftModel, get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file
 
 from account_tax.data.features import LABEL_MAP
-from account_tax.data.split import TRAINED_ROWS
+from account_tax.data.split import TRAINED_ROWS, read_trained_rows
 from account_tax.errors import DataError
 from account_tax.io import write_parquet
 from account_tax.storage.manifest import MANIFEST
@@ -68,8 +68,7 @@ def read_init_model(folder: Path, settings: TrainSettings) -> InitModel:
             " the same model (set train.init_from: none to train afresh)"
         )
     labels = json.loads((folder / LABEL_MAP).read_text(encoding="utf-8"))["labels"]
-    trained = pl.read_parquet(folder / TRAINED_ROWS)
-    return InitModel(folder, labels, trained)
+    return InitModel(folder, labels, read_trained_rows(folder))
 
 
 def check_label_ids(init: InitModel, labels: list[str], label_map: Path) -> None:
