@@ -28,6 +28,7 @@ from account_tax.training.warm_start import (
     load_adapter,
     read_init_model,
     rows_to_learn,
+    warm_start_settings,
 )
 
 NEW_LABELS = [*LABELS, "meals"]
@@ -150,11 +151,15 @@ def test_warm_start_trains_on_new_rows_and_a_replay_and_records_what_it_learned(
         tiny_bert,
         head="linear",
         init_from=str(old_model),
-        warm_start={"epochs": 1, "replay_ratio": 0.5},
+        warm_start={"epochs": 1, "replay_ratio": 0.5, "learning_rate_factor": 0.5},
     )
     done = train_warm(train_command, grown_ledger, tmp_path, settings, old_model)
     assert done.returncode == 0, done.stderr[-4000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    # Both peak rates (0.01) halved: the adapters' and the head's.
+    assert max(record["lr"] for record in history) == pytest.approx(0.005)
+    assert max(record["head_lr"] for record in history) == pytest.approx(0.005)
     info = json.loads((tmp_path / "model" / "training_info.json").read_text())
     # 24 rows of the new class and one relabelled row are new; half as many old ones replayed.
     assert info["head_init"]["method"] == "warm_start"
@@ -168,6 +173,24 @@ def test_warm_start_trains_on_new_rows_and_a_replay_and_records_what_it_learned(
     first = pl.read_parquet(grown_ledger["train"])["id"][0]
     assert learned.filter(pl.col("id") == first)["label"].to_list() == ["travel"]
     assert json.loads((tmp_path / "model" / "label_map.json").read_text())["labels"] == NEW_LABELS
+
+
+def test_a_warm_start_trains_its_own_epochs_at_scaled_down_rates(tiny_bert, tiny_settings):
+    settings = TrainSettings.of(
+        tiny_settings(
+            tiny_bert,
+            learning_rate=0.002,
+            head_learning_rate=0.02,
+            warm_start={"epochs": 3, "learning_rate_factor": 0.1},
+        )
+    )
+    warm = warm_start_settings(settings)
+    assert (warm.epochs, warm.learning_rate, warm.head_learning_rate) == pytest.approx(
+        (3, 0.0002, 0.002)
+    )
+    # Without a head rate of its own the head takes the adapters' rate, scaled with it.
+    no_head_rate = TrainSettings.of(tiny_settings(tiny_bert, head_learning_rate=None))
+    assert warm_start_settings(no_head_rate).head_learning_rate is None
 
 
 @pytest.mark.parametrize(

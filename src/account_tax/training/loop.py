@@ -6,7 +6,6 @@ never a collective (under ZeRO a collective missed by one rank deadlocks the oth
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -93,6 +92,7 @@ from account_tax.training.warm_start import (
     load_adapter,
     read_init_model,
     rows_to_learn,
+    warm_start_settings,
     write_learned_rows,
 )
 
@@ -877,7 +877,7 @@ def train(
     resumes there while the checkpoint is uploaded.
     """
     if settings.init_from != "none":
-        settings = dataclasses.replace(settings, epochs=settings.warm_start.epochs)
+        settings = warm_start_settings(settings)
     run = setup(settings, paths, segment)
     step, stopped = run_epochs(run, settings, paths)
     if run.dist.is_main and paths.segment_marker is not None:

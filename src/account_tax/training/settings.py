@@ -69,6 +69,8 @@ class WarmStartSettings(SectionView):
     epochs: int
     # Old rows replayed per new row.
     replay_ratio: float
+    # Both peak learning rates are multiplied by it.
+    learning_rate_factor: float
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,15 @@
 """Warm start (`train.init_from`): training begins from a model this workflow exported, not from
 the pretrained backbone alone. The old classes keep their ids and head rows, the adapter goes on
 from where it was, new classes start from their text as the warm model embeds it, and the epochs
-run on the rows that model has not learned plus a seeded replay of those it has."""
+run on the rows that model has not learned plus a seeded replay of those it has, at peak rates
+scaled down (`warm_start.learning_rate_factor`): the model has converged, and a fresh optimizer at
+full rates would move every weight it touches."""
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +71,18 @@ def read_init_model(folder: Path, settings: TrainSettings) -> InitModel:
         )
     labels = json.loads((folder / LABEL_MAP).read_text(encoding="utf-8"))["labels"]
     return InitModel(folder, labels, read_trained_rows(folder))
+
+
+def warm_start_settings(settings: TrainSettings) -> TrainSettings:
+    """The settings a warm start trains with: its own epochs, and both peak rates scaled down."""
+    factor = settings.warm_start.learning_rate_factor
+    head_rate = settings.head_learning_rate
+    return replace(
+        settings,
+        epochs=settings.warm_start.epochs,
+        learning_rate=settings.learning_rate * factor,
+        head_learning_rate=None if head_rate is None else head_rate * factor,
+    )
 
 
 def check_label_ids(init: InitModel, labels: list[str], label_map: Path) -> None:
