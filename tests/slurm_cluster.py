@@ -8,7 +8,8 @@ multi-node job really spans two slurmd. A node may carry a stand-in GPU (gres `g
 
 Inside a job the executor plugin's jobstep strips every SLURM_* variable, SLURM_CONF included,
 before it calls `srun`, so the config must also be at /etc/slurm/slurm.conf: the cluster links it
-there for its lifetime and removes the link when it stops. Daemons are stopped by their pid
+there for its lifetime and removes the link when it stops; a link that a killed test run left
+behind is recognised and replaced, any other config refused. Daemons are stopped by their pid
 files, never by name.
 """
 
@@ -165,8 +166,8 @@ class SlurmCluster:
             time.sleep(0.1)
 
     def start(self) -> SlurmCluster:
-        if SYSTEM_CONF.is_symlink() and not SYSTEM_CONF.exists():
-            SYSTEM_CONF.unlink()  # dangling: left by a test run that was killed
+        if left_by_a_killed_cluster(SYSTEM_CONF):
+            SYSTEM_CONF.unlink()
         if SYSTEM_CONF.exists() or SYSTEM_CONF.is_symlink():
             raise RuntimeError(
                 f"{SYSTEM_CONF} already exists: this machine has its own SLURM; refusing to"
@@ -266,6 +267,38 @@ class SlurmCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def left_by_a_killed_cluster(link: Path) -> bool:
+    """Whether `link` is a symlink a SlurmCluster made and never removed: a test run killed
+    before its cluster stopped leaves its temporary folder and the link behind. It is one when
+    its target is gone, or when the target is a config of this module's layout (slurmctld's pid
+    file in `run/` beside it) whose slurmctld no longer runs. Anything else, a machine's own
+    config included, is not ours to remove."""
+    if not link.is_symlink():
+        return False
+    target = link.parent / os.readlink(link)
+    if not target.exists():
+        return True
+    pid_file = target.parent / "run" / "slurmctld.pid"
+    try:
+        ours = f"SlurmctldPidFile={pid_file}\n" in target.read_text()
+    except OSError:
+        return False
+    if not ours:
+        return False
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return True
+    return not (_alive(pid) and _command(pid) == "slurmctld")
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _stop_by_pid_file(path: Path, timeout: float = 10) -> None:

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from missing_tools import unavailable
 from sample_ledger import ledger_config, small_ledger
-from slurm_cluster import SlurmCluster, missing_slurm
+from slurm_cluster import SlurmCluster, left_by_a_killed_cluster, missing_slurm
 from tiny_models import build_tiny_bert
 from workflow_runner import REPO, jobs_run, snakemake_command, snakemake_env
 
@@ -281,6 +281,44 @@ def test_a_sweep_runs_each_trial_as_a_slurm_job(slurm_run, cluster):
         assert (record["NumNodes"], record["TresPerNode"]) == ("2", "gres:gpu:1")
     selected = json.loads((workdir / "results/sweep/selected.json").read_text())
     assert selected["train"]["learning_rate"] in {0.01, 0.02}
+
+
+def test_only_a_link_left_by_a_killed_test_cluster_is_replaced(tmp_path):
+    """A suite killed mid-run leaves /etc/slurm/slurm.conf linked into its temporary folder; the
+    next run must start, yet a machine's own config is never touched."""
+    link = tmp_path / "etc" / "slurm.conf"
+    link.parent.mkdir()
+
+    def cluster_config(root, pid):
+        (root / "run").mkdir(parents=True)
+        (root / "run" / "slurmctld.pid").write_text(f"{pid}\n")
+        config = root / "slurm.conf"
+        config.write_text(f"ClusterName=ci\nSlurmctldPidFile={root / 'run' / 'slurmctld.pid'}\n")
+        return config
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    link.symlink_to(cluster_config(tmp_path / "killed", dead.pid))
+    assert left_by_a_killed_cluster(link)
+    link.unlink()
+
+    link.symlink_to(tmp_path / "removed" / "slurm.conf")
+    assert left_by_a_killed_cluster(link), "a dangling link"
+    link.unlink()
+
+    # A live pid that is not slurmctld (the number was reused) does not keep the link.
+    link.symlink_to(cluster_config(tmp_path / "reused", os.getpid()))
+    assert left_by_a_killed_cluster(link)
+    link.unlink()
+
+    own = tmp_path / "opt" / "slurm.conf"
+    own.parent.mkdir()
+    own.write_text("ClusterName=site\nSlurmctldPidFile=/run/slurmctld.pid\n")
+    link.symlink_to(own)
+    assert not left_by_a_killed_cluster(link), "a link to a machine's own config"
+    link.unlink()
+    link.write_text("ClusterName=site\n")
+    assert not left_by_a_killed_cluster(link), "a machine's own file"
 
 
 def test_profiles_are_valid_and_default_to_sacct():
