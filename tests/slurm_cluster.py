@@ -168,7 +168,13 @@ class SlurmCluster:
     def start(self) -> SlurmCluster:
         if left_by_a_killed_cluster(SYSTEM_CONF):
             SYSTEM_CONF.unlink()
-        if SYSTEM_CONF.exists() or SYSTEM_CONF.is_symlink():
+        if SYSTEM_CONF.is_symlink():
+            raise RuntimeError(
+                f"{SYSTEM_CONF} links to {os.readlink(SYSTEM_CONF)}, whose slurmctld still runs"
+                " (another test run's cluster?) or which is this machine's own config; refusing"
+                " to replace it"
+            )
+        if SYSTEM_CONF.exists():
             raise RuntimeError(
                 f"{SYSTEM_CONF} already exists: this machine has its own SLURM; refusing to"
                 " replace its config"
