@@ -840,8 +840,8 @@ def seal_model(
     run: TrainingRun, settings: TrainSettings, paths: TrainPaths, metrics: dict[str, Any]
 ) -> None:
     """Rank 0's last touches to the exported model: the classes without rows, the evidence
-    index, the head's final rows (learned or prototypes), the merged adapter, the calibration
-    (its temperature goes into `metrics`) and the manifest."""
+    index, the head's final rows (learned, prototypes, blend or refit), the merged adapter, the
+    calibration (its temperature goes into `metrics`) and the manifest."""
     if run.head_init["method"] == "label_text":
         represent_unseen_classes(
             paths.output_dir, class_texts(run.label_map), run.unseen, settings.max_length
@@ -854,7 +854,12 @@ def seal_model(
         named = any(run.label_map.get("names") or [])
         texts = class_texts(run.label_map) if named else None
         choice = choose_final_head(
-            paths.output_dir, settings.final_head, texts, settings.max_length
+            paths.output_dir,
+            settings.final_head,
+            texts,
+            settings.max_length,
+            settings.class_weight_alpha,
+            settings.seed,
         )
         metrics.update(choice.metrics())
     if settings.merge_adapter:

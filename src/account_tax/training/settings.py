@@ -90,7 +90,7 @@ class TrainSettings(SectionView):
     seed: int
     head: str
     head_init: str
-    # best, learned, prototypes or blend (see training.prototypes).
+    # best, learned, prototypes, blend or refit (see training.prototypes).
     final_head: str
     # none, champion, or an exported model's folder.
     init_from: str
@@ -112,5 +112,5 @@ class TrainSettings(SectionView):
     def __post_init__(self) -> None:
         if self.merge_adapter and not self.lora.enabled:
             raise ValueError("train.merge_adapter needs train.lora.enabled (no adapter to merge)")
-        if self.final_head in ("prototypes", "blend") and self.head != "cosine":
+        if self.final_head in ("prototypes", "blend", "refit") and self.head != "cosine":
             raise ValueError(f"train.final_head: {self.final_head} needs train.head: cosine")
