@@ -42,7 +42,7 @@ from transformers import PreTrainedTokenizerBase
 from account_tax.data.features import LABEL_MAP, postable_mask
 from account_tax.data.serialize import read_labels
 from account_tax.data.spec import CHART, LABEL_SOURCE
-from account_tax.training.classifier import held
+from account_tax.training.classifier import CosineHead, hold_rows
 from account_tax.training.evidence import ACCOUNT, INDEX_DIR, EvidenceIndex
 from account_tax.training.head_init import embed_texts, text_classifier, trained_head
 from account_tax.training.inference import rewrite_head
@@ -133,15 +133,18 @@ def refit(
         return rows, scale, 0
     counts = label_counts(label_ids, len(rows))
     weights = class_weights(counts, class_weight_alpha)
-    learned = torch.from_numpy(counts > 0)
     labels = torch.as_tensor(label_ids, dtype=torch.long)
-    weight = torch.nn.Parameter(rows.clone())
-    scale_parameter = torch.nn.Parameter(scale.clone())
+    # The exported head's own module, so what is fitted is what predicts.
+    head = CosineHead(rows.shape[1], len(rows), std=0.0)
+    with torch.no_grad():
+        head.weight.copy_(rows)
+        head.scale.copy_(scale)
+    hold_rows(head, torch.from_numpy(counts == 0))
     # As in training: decay on the matrix only, not on the scale.
     optimizer = torch.optim.AdamW(
         [
-            {"params": [weight], "weight_decay": REFIT_WEIGHT_DECAY},
-            {"params": [scale_parameter], "weight_decay": 0.0},
+            {"params": [head.weight], "weight_decay": REFIT_WEIGHT_DECAY},
+            {"params": [head.scale], "weight_decay": 0.0},
         ],
         lr=REFIT_LEARNING_RATE,
     )
@@ -153,16 +156,14 @@ def refit(
         epoch += 1
         order = torch.randperm(len(labels), generator=generator)
         for batch in order.split(REFIT_BATCH_SIZE):
-            directions = F.normalize(held(weight, learned), dim=1)
-            logits = scale_parameter * F.normalize(vectors[batch], dim=1) @ directions.T
-            loss = weighted_cross_entropy(logits, labels[batch], weights)
+            loss = weighted_cross_entropy(head(vectors[batch]), labels[batch], weights)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        macro_f1, _ = head_scores(weight.detach(), *validation, postable)
+        macro_f1, _ = head_scores(head.weight.detach(), *validation, postable)
         if macro_f1 > best_f1:
             best_f1, stale = macro_f1, 0
-            best = (weight.detach().clone(), scale_parameter.detach().clone(), epoch)
+            best = (head.weight.detach().clone(), head.scale.detach().clone(), epoch)
         else:
             stale += 1
     return best
@@ -184,17 +185,16 @@ def choose_final_head(
     postable = postable_mask(model_dir / LABEL_MAP)
     index = EvidenceIndex.read(model_dir / INDEX_DIR)
     position = {label: i for i, label in enumerate(labels)}
-    splits, training = {}, None
+    splits = {}
     for split in ("train", "validation"):
         part = index.part(split)
-        accounts = part.records[ACCOUNT].to_numpy()
-        ids = np.array([position[a] for a in accounts], dtype=np.int64)
-        if split == "train":
-            # The refit learns from every training record, the accounts' texts among them.
-            training = (torch.from_numpy(part.vectors), ids)
+        ids = np.array([position[a] for a in part.records[ACCOUNT]], dtype=np.int64)
         # An account's own text (serialize.class_texts) counts once, as its text below.
         records = part.records[LABEL_SOURCE].to_numpy() != CHART
         splits[split] = (torch.from_numpy(part.vectors[records]), ids[records])
+        if split == "train":
+            # The refit learns from every training record, the accounts' texts among them.
+            training = (torch.from_numpy(part.vectors), ids)
 
     def rewrite(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> HeadChoice:
         head = trained_head(model)
