@@ -50,7 +50,8 @@ def worker(model: str, splits: str, threads: int) -> None:
     from account_tax.training.evidence import build_model_index
 
     torch.set_num_threads(threads)
-    seconds = build_model_index(Path(model), {k: Path(v) for k, v in json.loads(splits).items()})
+    splits = {k: Path(v) for k, v in json.loads(splits).items()}
+    seconds = build_model_index(Path(model), splits)["evidence_index_seconds"]
     print(json.dumps({"seconds": seconds}))
 
 

@@ -5,6 +5,7 @@ plus a replay of what it has."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,6 +17,13 @@ from conftest import LABELS, REPO, ledger_rows
 
 from account_tax.data.split import TRAINED_ROWS
 from account_tax.errors import DataError
+from account_tax.training.evidence import (
+    DRIFT_SAMPLE,
+    INDEX_DIR,
+    EvidenceIndex,
+    build_model_index,
+    unit_rows,
+)
 from account_tax.training.head_init import trained_head
 from account_tax.training.inference import load_classifier, predict_logits
 from account_tax.training.model import build_model, prepare_for_training
@@ -173,6 +181,58 @@ def test_warm_start_trains_on_new_rows_and_a_replay_and_records_what_it_learned(
     first = pl.read_parquet(grown_ledger["train"])["id"][0]
     assert learned.filter(pl.col("id") == first)["label"].to_list() == ["travel"]
     assert json.loads((tmp_path / "model" / "label_map.json").read_text())["labels"] == NEW_LABELS
+    # The evidence index looked at how far the encoder moved since the old model's index, which
+    # holds the 160 old training records and the 36 validation ones.
+    assert 0 < metrics["evidence_index_drift_cosine"] <= 1
+    assert metrics["evidence_index_carried_rows"] in (0, 160 + 36 - DRIFT_SAMPLE)
+
+
+def test_a_warm_start_carries_the_old_index_only_while_the_encoder_has_barely_moved(
+    tmp_path, old_model, ledger
+):
+    """The old index's vectors, moved a little (as a short warm start moves the encoder), are
+    kept for every record it holds with the same text but the sample embedded again; moved far,
+    or at reuse_index_min_cosine 1, every record is embedded again. A record whose text changed
+    is always embedded again."""
+    splits = {"train": tmp_path / "train.parquet", "validation": ledger["validation"]}
+    train = pl.read_parquet(ledger["train"])
+    edited = train["id"][5]
+    train.with_columns(
+        pl.when(pl.col("id") == edited)
+        .then(pl.lit("vendor: new name | memo: office rent"))
+        .otherwise(pl.col("text"))
+        .alias("text")
+    ).write_parquet(splits["train"])
+    model = tmp_path / "model"
+    shutil.copytree(old_model, model)
+    build_model_index(model, splits)
+    fresh = EvidenceIndex.read(model / INDEX_DIR)
+    old = EvidenceIndex.read(old_model / INDEX_DIR)
+    rng = np.random.default_rng(0)
+
+    def previous_moved_by(scale: float) -> Path:
+        folder = tmp_path / f"previous-{scale}"
+        noise = rng.normal(size=old.vectors.shape).astype(np.float32)
+        EvidenceIndex(unit_rows(old.vectors + scale * noise), old.records).write(folder / INDEX_DIR)
+        return folder
+
+    near = previous_moved_by(0.01)
+    cost = build_model_index(model, splits, carried=near, reuse_min_cosine=0.99, seed=3)
+    carried = EvidenceIndex.read(model / INDEX_DIR)
+    stored = EvidenceIndex.read(near / INDEX_DIR).vectors
+    same = (np.abs(carried.vectors - stored) < 1e-6).all(axis=1)
+    embedded = (np.abs(carried.vectors - fresh.vectors) < 2e-3).all(axis=1)
+    records = len(train) + 36
+    assert cost["evidence_index_carried_rows"] == records - 1 - DRIFT_SAMPLE
+    assert 0.99 <= cost["evidence_index_drift_cosine"] < 1
+    assert same.sum() == records - 1 - DRIFT_SAMPLE and embedded.sum() == DRIFT_SAMPLE + 1
+    assert embedded[carried.records["id"].to_list().index(edited)]
+    assert (carried.records["id"] == fresh.records["id"]).all()
+
+    for previous, threshold in ((previous_moved_by(1.0), 0.99), (near, 1.0)):
+        cost = build_model_index(model, splits, carried=previous, reuse_min_cosine=threshold)
+        assert cost["evidence_index_carried_rows"] == 0
+        np.testing.assert_allclose(EvidenceIndex.read(model / INDEX_DIR).vectors, fresh.vectors)
 
 
 def test_a_warm_start_trains_its_own_epochs_at_scaled_down_rates(tiny_bert, tiny_settings):

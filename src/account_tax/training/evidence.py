@@ -48,6 +48,9 @@ SPLIT = "split"
 RECORD_COLUMNS = (ID, TEXT, ACCOUNT, LABEL_SOURCE, SPLIT)
 INDEXED_SPLITS = ("train", "validation")
 QUERY_CHUNK = 1024
+DRIFT_SAMPLE = 128
+"""Records a warm start embeds again to see how far the encoder moved (build_model_index)."""
+DRIFT_QUANTILE = 0.1
 """Queries per matrix product: bounds the [queries, index rows] similarity block."""
 
 Vectors = np.ndarray | scipy.sparse.csr_matrix
@@ -151,16 +154,86 @@ def indexed_records(splits: dict[str, Path], labels: list[str]) -> pl.DataFrame:
     return pl.concat(frames)
 
 
-def build_model_index(model_dir: Path, splits: dict[str, Path], batch_size: int = 64) -> float:
+def carried_rows(previous: EvidenceIndex, records: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The positions in `records` of the records `previous` holds with the same id and text (the
+    same input to the encoder), and their positions in `previous`."""
+    keys = [pl.col(ID).cast(pl.String), pl.col(TEXT).fill_null("")]
+    there = previous.records.select(keys).with_row_index("there").unique([ID, TEXT], keep="first")
+    here = records.select(keys).with_row_index("here")
+    pairs = here.join(there, on=[ID, TEXT], how="inner").sort("here")
+    return pairs["here"].to_numpy(), pairs["there"].to_numpy()
+
+
+def build_model_index(
+    model_dir: Path,
+    splits: dict[str, Path],
+    carried: Path | None = None,
+    reuse_min_cosine: float = 1.0,
+    seed: int = 0,
+    batch_size: int = 64,
+) -> dict[str, float]:
     """Embed the splits' records with the exported model, pooled as its head sees them, and
-    store the index in the model's folder; return the seconds it took."""
+    store the index in the model's folder; return what it cost (seconds, records embedded).
+
+    `carried`: the model a warm start began from. Its index's vectors are kept for the records it
+    holds (same id and text) when the encoder has barely moved: DRIFT_SAMPLE of them, embedded
+    again, keep a cosine of at least `reuse_min_cosine` (below 1) with their stored vectors in
+    all but a tenth (DRIFT_QUANTILE). Otherwise every record is embedded again. Embedding every
+    record is most of a short warm start's cost, and stored vectors that have drifted would
+    mislead the evidence and the head refitted on them."""
     started = time.perf_counter()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer, _ = load_classifier(model_dir, device)
     records = indexed_records(splits, read_labels(model_dir / LABEL_MAP))
     max_length = read_training_info(model_dir)["settings"]["max_length"]
-    _, embeddings = score_texts(model, tokenizer, records[TEXT].to_list(), batch_size, max_length)
-    EvidenceIndex(unit_rows(embeddings), records).write(model_dir / INDEX_DIR)
-    seconds = time.perf_counter() - started
-    log.info("evidence index: %d records embedded in %.1f s", records.height, seconds)
-    return seconds
+    texts = records[TEXT].to_list()
+
+    def embed(rows: np.ndarray) -> np.ndarray:
+        pooled = score_texts(model, tokenizer, [texts[row] for row in rows], batch_size, max_length)
+        return unit_rows(pooled[1])
+
+    rows = np.arange(records.height)
+    vectors: np.ndarray | None = None
+    cost: dict[str, float] = {"evidence_index_carried_rows": 0}
+    if carried is not None and (carried / INDEX_DIR / RECORDS).is_file():
+        index = EvidenceIndex.read(carried / INDEX_DIR)
+        here, there = carried_rows(index, records)
+        sample = np.random.default_rng(seed).choice(len(here), min(DRIFT_SAMPLE, len(here)), False)
+        if len(sample):
+            vectors = np.empty((records.height, index.vectors.shape[1]), dtype=np.float32)
+            vectors[here[sample]] = embed(here[sample])
+            stored = unit_rows(index.vectors[there[sample]])
+            cosines = (vectors[here[sample]] * stored).sum(axis=1)
+            drift = float(np.quantile(cosines, DRIFT_QUANTILE))
+            cost["evidence_index_drift_cosine"] = drift
+            carry = reuse_min_cosine < 1 and drift >= reuse_min_cosine
+            if carry:
+                kept = np.setdiff1d(np.arange(len(here)), sample)
+                vectors[here[kept]] = index.vectors[there[kept]]
+                cost["evidence_index_carried_rows"] = len(kept)
+                rows = np.setdiff1d(rows, here)
+            else:
+                rows = np.setdiff1d(rows, here[sample])
+            log.info(
+                "evidence index: %d records re-embedded, cosine to their stored vectors %.4f "
+                "(10th percentile; carried from %.4f): %s",
+                len(sample),
+                drift,
+                reuse_min_cosine,
+                "the others carried" if carry else "all embedded again",
+            )
+    elif carried is not None:
+        log.info("evidence index: %s has none to carry", carried)
+    if vectors is None:
+        vectors = embed(rows)
+    elif len(rows):
+        vectors[rows] = embed(rows)
+    EvidenceIndex(vectors, records).write(model_dir / INDEX_DIR)
+    cost["evidence_index_seconds"] = time.perf_counter() - started
+    log.info(
+        "evidence index: %d records, %d of them embedded, in %.1f s",
+        records.height,
+        records.height - cost["evidence_index_carried_rows"],
+        cost["evidence_index_seconds"],
+    )
+    return cost

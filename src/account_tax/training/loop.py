@@ -847,8 +847,12 @@ def seal_model(
             paths.output_dir, class_texts(run.label_map), run.unseen, settings.max_length
         )
     # The index holds the embeddings only, which the head's rows do not change.
-    metrics["evidence_index_seconds"] = build_model_index(
-        paths.output_dir, {"train": paths.train, "validation": paths.validation}
+    metrics |= build_model_index(
+        paths.output_dir,
+        {"train": paths.train, "validation": paths.validation},
+        carried=paths.init_model,
+        reuse_min_cosine=settings.warm_start.reuse_index_min_cosine,
+        seed=settings.seed,
     )
     if settings.final_head != "learned" and settings.head == "cosine":
         named = any(run.label_map.get("names") or [])

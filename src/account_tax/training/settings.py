@@ -71,6 +71,8 @@ class WarmStartSettings(SectionView):
     replay_ratio: float
     # Both peak learning rates are multiplied by it.
     learning_rate_factor: float
+    # The old model's evidence vectors are kept while the encoder's moved less (evidence.py).
+    reuse_index_min_cosine: float
 
 
 @dataclass(frozen=True)
