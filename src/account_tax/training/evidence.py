@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -49,10 +50,10 @@ SPLIT = "split"
 RECORD_COLUMNS = (ID, TEXT, ACCOUNT, LABEL_SOURCE, SPLIT)
 INDEXED_SPLITS = ("train", "validation")
 QUERY_CHUNK = 1024
+"""Queries per matrix product: bounds the [queries, index rows] similarity block."""
 DRIFT_SAMPLE = 128
 """Records a warm start embeds again to see how far the encoder moved (build_model_index)."""
 DRIFT_QUANTILE = 0.1
-"""Queries per matrix product: bounds the [queries, index rows] similarity block."""
 
 Vectors = np.ndarray | scipy.sparse.csr_matrix
 
@@ -167,6 +168,41 @@ def carried_rows(previous: EvidenceIndex, records: pl.DataFrame) -> tuple[np.nda
     return pairs["here"].to_numpy(), pairs["there"].to_numpy()
 
 
+def carry_vectors(
+    previous: EvidenceIndex,
+    records: pl.DataFrame,
+    embed: Callable[[np.ndarray], np.ndarray],
+    reuse_min_cosine: float,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """The positions in `records` whose vectors are settled without embedding them all, those
+    vectors, and what was measured: DRIFT_SAMPLE of the carried rows embedded again, and when
+    they moved little enough (see build_model_index) the other carried rows' stored vectors."""
+    here, there = carried_rows(previous, records)
+    sample = np.random.default_rng(seed).choice(len(here), min(DRIFT_SAMPLE, len(here)), False)
+    if not len(sample):
+        return here, previous.vectors[there], {}
+    fresh = embed(here[sample])
+    cosines = (fresh * unit_rows(previous.vectors[there[sample]])).sum(axis=1)
+    drift = float(np.quantile(cosines, DRIFT_QUANTILE))
+    carry = reuse_min_cosine < 1 and drift >= reuse_min_cosine
+    log.info(
+        "evidence index: %d records re-embedded, cosine to their stored vectors %.4f "
+        "(10th percentile; carried from %.4f): %s",
+        len(sample),
+        drift,
+        reuse_min_cosine,
+        "the others carried" if carry else "all embedded again",
+    )
+    cost = {"evidence_index_drift_cosine": drift}
+    if not carry:
+        return here[sample], fresh, cost
+    kept = np.setdiff1d(np.arange(len(here)), sample)
+    cost["evidence_index_carried_rows"] = len(kept)
+    rows = np.concatenate([here[sample], here[kept]])
+    return rows, np.concatenate([fresh, previous.vectors[there[kept]]]), cost
+
+
 def build_model_index(
     model_dir: Path,
     splits: dict[str, Path],
@@ -195,42 +231,22 @@ def build_model_index(
         pooled = score_texts(model, tokenizer, [texts[row] for row in rows], batch_size, max_length)
         return unit_rows(pooled[1])
 
-    rows = np.arange(records.height)
-    vectors: np.ndarray | None = None
     cost: dict[str, float] = {"evidence_index_carried_rows": 0}
+    parts: list[tuple[np.ndarray, np.ndarray]] = []
     if carried is not None and (carried / INDEX_DIR / RECORDS).is_file():
         index = EvidenceIndex.read(carried / INDEX_DIR)
-        here, there = carried_rows(index, records)
-        sample = np.random.default_rng(seed).choice(len(here), min(DRIFT_SAMPLE, len(here)), False)
-        if len(sample):
-            vectors = np.empty((records.height, index.vectors.shape[1]), dtype=np.float32)
-            vectors[here[sample]] = embed(here[sample])
-            stored = unit_rows(index.vectors[there[sample]])
-            cosines = (vectors[here[sample]] * stored).sum(axis=1)
-            drift = float(np.quantile(cosines, DRIFT_QUANTILE))
-            cost["evidence_index_drift_cosine"] = drift
-            carry = reuse_min_cosine < 1 and drift >= reuse_min_cosine
-            if carry:
-                kept = np.setdiff1d(np.arange(len(here)), sample)
-                vectors[here[kept]] = index.vectors[there[kept]]
-                cost["evidence_index_carried_rows"] = len(kept)
-                rows = np.setdiff1d(rows, here)
-            else:
-                rows = np.setdiff1d(rows, here[sample])
-            log.info(
-                "evidence index: %d records re-embedded, cosine to their stored vectors %.4f "
-                "(10th percentile; carried from %.4f): %s",
-                len(sample),
-                drift,
-                reuse_min_cosine,
-                "the others carried" if carry else "all embedded again",
-            )
+        rows, settled, measured = carry_vectors(index, records, embed, reuse_min_cosine, seed)
+        parts.append((rows, settled))
+        cost |= measured
     elif carried is not None:
         log.info("evidence index: %s has none to carry", carried)
-    if vectors is None:
-        vectors = embed(rows)
-    elif len(rows):
-        vectors[rows] = embed(rows)
+    missing = np.arange(records.height)
+    if parts:
+        missing = np.setdiff1d(missing, parts[0][0])
+    if len(missing) or not parts:
+        parts.append((missing, embed(missing)))
+    order = np.argsort(np.concatenate([rows for rows, _ in parts]))
+    vectors = np.concatenate([part for _, part in parts])[order]
     EvidenceIndex(vectors, records).write(model_dir / INDEX_DIR)
     cost["evidence_index_seconds"] = time.perf_counter() - started
     log.info(
