@@ -4,6 +4,7 @@ before's model."""
 
 import itertools
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -362,3 +363,29 @@ def test_every_periods_run_uses_the_projects_compiled_extensions(tmp_path, monke
         run_workflow(snakefile, workdir, {}, cores=1)
         extensions = (workdir / "results/evaluate/metrics.json").read_text().strip()
         assert extensions == str(tmp_path / ".cache" / "torch_extensions")
+
+
+def test_a_periods_cpu_time_counts_a_job_whole(tmp_path):
+    """A period's CPU time is what the kernel counted for Snakemake and every job, a process that
+    burned CPU and ended before its job did included: Snakemake's benchmark samples a job's
+    processes while they run and misses such a process, and most of a short job."""
+    burn = tmp_path / "burn.py"
+    burn.write_text("import time\nwhile time.process_time() < 2:\n    pass\n")
+    snakefile = tmp_path / "Snakefile"
+    snakefile.write_text(
+        textwrap.dedent(
+            f"""
+            rule period:
+                output:
+                    "results/evaluate/metrics.json",
+                    "results/predict/period.parquet",
+                shell:
+                    "{sys.executable} {burn} && sleep 1 && touch {{output}}"
+            """
+        )
+    )
+    workdir = tmp_path / "runs" / "01-2024-03"
+    workdir.mkdir(parents=True)
+    spent = run_workflow(snakefile, workdir, {}, cores=1)
+    assert spent.cpu_seconds >= 2
+    assert spent.wall_seconds >= 3

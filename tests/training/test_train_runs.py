@@ -17,6 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from account_tax.backtest.replay import children_cpu_seconds
 from account_tax.io import sha256_file
 from account_tax.training.inference import load_classifier, predict_probabilities
 from account_tax.training.loop import segment_end
@@ -94,7 +95,12 @@ def test_two_processes_killed_and_resumed_end_as_an_uninterrupted_run(
         backend=backend,
         deepspeed_config=str(REPO / "config" / "deepspeed" / f"zero{zero or 2}.json"),
     )
+    cpu_before = children_cpu_seconds()
     reference = run_training(ledger, tmp_path / "reference", settings, processes=2)
+    # Both ranks' CPU, as the kernel counted the whole launch (the launcher's own a small part):
+    # rank 0's alone would be under half of it.
+    launch_cpu = children_cpu_seconds() - cpu_before
+    assert 0.6 * launch_cpu <= reference["cpu_seconds"] <= launch_cpu
 
     out = tmp_path / "interrupted"
     command, env = train_command(ledger, out, settings, 2)

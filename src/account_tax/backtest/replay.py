@@ -8,7 +8,6 @@ training begins from the period before's model."""
 from __future__ import annotations
 
 import copy
-import csv
 import dataclasses
 import json
 import logging
@@ -22,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import psutil
 import yaml
 
 from account_tax.data.serialize import TEXT
@@ -179,9 +179,18 @@ def period_config(
     return period
 
 
-def run_workflow(snakefile: Path, workdir: Path, config: dict[str, Any], cores: int) -> float:
+@dataclass(frozen=True)
+class Spent:
+    """What a period's workflow run took: wall seconds, and CPU seconds of Snakemake and every
+    job it ran, threads and finished children included, as the kernel counts them."""
+
+    wall_seconds: float
+    cpu_seconds: float
+
+
+def run_workflow(snakefile: Path, workdir: Path, config: dict[str, Any], cores: int) -> Spent:
     """The whole workflow on `config` in `workdir` up to evaluation and the period's predictions;
-    its wall seconds. Its log is workdir/snakemake.log."""
+    what it took. Its log is workdir/snakemake.log."""
     config_path = workdir / "config.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     command = [
@@ -200,7 +209,7 @@ def run_workflow(snakefile: Path, workdir: Path, config: dict[str, Any], cores: 
     ]
     # Compiled once for the backtest, not once per period's folder.
     extensions = os.environ.get("TORCH_EXTENSIONS_DIR") or str(EXTENSIONS_DIR.resolve())
-    started = time.perf_counter()
+    started, cpu_before = time.perf_counter(), children_cpu_seconds()
     with (workdir / "snakemake.log").open("w", encoding="utf-8") as out:
         done = subprocess.run(
             command,
@@ -213,7 +222,15 @@ def run_workflow(snakefile: Path, workdir: Path, config: dict[str, Any], cores: 
             f"the workflow of period {workdir.name} failed ({done.returncode}):"
             f" see {workdir}/snakemake.log"
         )
-    return time.perf_counter() - started
+    return Spent(time.perf_counter() - started, children_cpu_seconds() - cpu_before)
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds of this process's finished children and theirs: Snakemake waits for every
+    job, so after its run this holds all of its jobs' CPU, however short a job was (Snakemake's
+    benchmark files sample it, every 30 s after a job's first 15 s, and miss the rest)."""
+    times = psutil.Process().cpu_times()
+    return times.children_user + times.children_system
 
 
 def trained_model(workdir: Path) -> Path:
@@ -222,14 +239,10 @@ def trained_model(workdir: Path) -> Path:
     return workdir / TRAINED_MODEL.format(segments=config["train"]["segments"])
 
 
-def cpu_minutes(folder: Path) -> float:
-    """CPU time of the jobs benchmarked under `folder` (Snakemake's benchmark files: each job and
-    its children)."""
-    seconds = 0.0
-    for path in sorted(folder.rglob("*.tsv")):
-        with path.open(encoding="utf-8") as handle:
-            seconds += sum(float(row["cpu_time"]) for row in csv.DictReader(handle, delimiter="\t"))
-    return seconds / 60
+def train_cpu_minutes(workdir: Path) -> float:
+    """CPU time of the period's train jobs (every segment), as each measured its own."""
+    metrics = sorted(workdir.glob("results/train/segment-*/metrics.json"))
+    return sum(json.loads(path.read_text("utf-8"))["cpu_seconds"] for path in metrics) / 60
 
 
 def trained_on(workdir: Path) -> set[str]:
@@ -311,7 +324,7 @@ def score_period(
     spec: DataSpec,
     seen: set[str],
     workdir: Path,
-    wall_seconds: float,
+    spent: Spent,
 ) -> dict[str, Any]:
     """The period's figures: every record predicted, posted or left to review (checked), the
     share posted and how often a posted account was right, the novel records and those the
@@ -358,9 +371,9 @@ def score_period(
             for end, key in (("", "value"), ("_low", "low"), ("_high", "high"))
         },
         **candidate_decisions(workdir, evaluation, predictions, spec),
-        "train_cpu_minutes": cpu_minutes(workdir / "benchmarks/train"),
-        "cpu_minutes": cpu_minutes(workdir / "benchmarks"),
-        "wall_minutes": wall_seconds / 60,
+        "train_cpu_minutes": train_cpu_minutes(workdir),
+        "cpu_minutes": spent.cpu_seconds / 60,
+        "wall_minutes": spent.wall_seconds / 60,
     }
 
 
@@ -392,10 +405,10 @@ def replay(
             config, workdir / "ledger.csv", workdir / "new.csv", corrections, init_model
         )
         log.info("backtest %s: %d ledger rows, %d to predict", period, ledger.height, new.height)
-        seconds = run_workflow(snakefile, workdir, run_config, cores)
+        spent = run_workflow(snakefile, workdir, run_config, cores)
         predictions = pl.read_parquet(workdir / f"results/predict/{NEW_RECORDS}.parquet")
         rows.append(
-            score_period(period, new, predictions, spec, trained_on(workdir), workdir, seconds)
+            score_period(period, new, predictions, spec, trained_on(workdir), workdir, spent)
         )
         # What the ledger holds after the period: the posted records, with the suggested
         # account; the reviewed ones come back through their review file, if at all.

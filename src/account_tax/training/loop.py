@@ -22,6 +22,7 @@ from typing import Any
 import deepspeed
 import numpy as np
 import polars as pl
+import psutil
 import torch
 import torch.distributed as torch_dist
 from transformers import (
@@ -58,7 +59,12 @@ from account_tax.training.checkpoint import (
     save_checkpoint,
 )
 from account_tax.training.classifier import hold_rows, save_full_classifier
-from account_tax.training.distributed import Distributed, barrier, init_distributed
+from account_tax.training.distributed import (
+    Distributed,
+    barrier,
+    gather_from_all,
+    init_distributed,
+)
 from account_tax.training.evidence import build_model_index
 from account_tax.training.fsdp import FsdpEngine
 from account_tax.training.head_init import (
@@ -826,14 +832,25 @@ def finish(
         "wall_time_s": time.perf_counter() - run.started,
         "training_minutes": seconds_spent(history) / 60,
     }
+    # The other ranks are done: their CPU time now is their whole job's.
+    cpu_seconds = gather_from_all(process_cpu_seconds())
     barrier()
     torch_dist.destroy_process_group()
     if dist.is_main:
         # Once the process group is gone, so that no rank waits in a collective meanwhile.
         with writing("the trained model", paths.output_dir):
             seal_model(run, settings, paths, metrics)
+        metrics["cpu_seconds"] = sum(cpu_seconds[1:]) + process_cpu_seconds()
         write_json(paths.metrics, metrics)
     return metrics
+
+
+def process_cpu_seconds() -> float:
+    """User and system CPU seconds of this process since it started, with its finished
+    children's (a compiler, data workers): counted by the kernel, so a short job's CPU is whole,
+    unlike Snakemake's benchmark, which samples it."""
+    times = psutil.Process().cpu_times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def seal_model(
