@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from account_tax.backtest.replay import children_cpu_seconds
+from account_tax.cpu_time import children_cpu_seconds
 from account_tax.io import sha256_file
 from account_tax.training.inference import load_classifier, predict_probabilities
 from account_tax.training.loop import segment_end

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-import psutil
 import yaml
 
+from account_tax.cpu_time import children_cpu_seconds
 from account_tax.data.serialize import TEXT
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
@@ -223,14 +223,6 @@ def run_workflow(snakefile: Path, workdir: Path, config: dict[str, Any], cores: 
             f" see {workdir}/snakemake.log"
         )
     return Spent(time.perf_counter() - started, children_cpu_seconds() - cpu_before)
-
-
-def children_cpu_seconds() -> float:
-    """CPU seconds of this process's finished children and theirs: Snakemake waits for every
-    job, so after its run this holds all of its jobs' CPU, however short a job was (Snakemake's
-    benchmark files sample it, every 30 s after a job's first 15 s, and miss the rest)."""
-    times = psutil.Process().cpu_times()
-    return times.children_user + times.children_system
 
 
 def trained_model(workdir: Path) -> Path:

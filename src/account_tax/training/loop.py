@@ -22,7 +22,6 @@ from typing import Any
 import deepspeed
 import numpy as np
 import polars as pl
-import psutil
 import torch
 import torch.distributed as torch_dist
 from transformers import (
@@ -33,6 +32,7 @@ from transformers import (
 )
 
 from account_tax.code_hash import code_sha256
+from account_tax.cpu_time import process_cpu_seconds
 from account_tax.data.features import LABEL_MAP, class_texts
 from account_tax.data.serialize import read_split
 from account_tax.errors import DataError, writing
@@ -843,14 +843,6 @@ def finish(
         metrics["cpu_seconds"] = sum(cpu_seconds[1:]) + process_cpu_seconds()
         write_json(paths.metrics, metrics)
     return metrics
-
-
-def process_cpu_seconds() -> float:
-    """User and system CPU seconds of this process since it started, with its finished
-    children's (a compiler, data workers): counted by the kernel, so a short job's CPU is whole,
-    unlike Snakemake's benchmark, which samples it."""
-    times = psutil.Process().cpu_times()
-    return times.user + times.system + times.children_user + times.children_system
 
 
 def seal_model(
