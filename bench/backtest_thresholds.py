@@ -2,7 +2,8 @@
 other novelty quantiles.
 
 In each period's run the shipped candidate scores the period's validation split again, the rule
-(`auto_threshold`, target `review.target_precision`) picks the threshold at each level, and the
+(`auto_threshold`, target `review.target_precision`) picks the threshold at each level on it and
+the period's track record (as evaluate does; `--without-track-record`: on validation alone), and the
 period's saved predictions say what that threshold posts (novel records stay in review), how
 often the posted account is right, and how many wrong posts were records of accounts the
 period's ledger had never booked (none in what its model trained on). With `--novelty-
@@ -37,11 +38,15 @@ from account_tax.backtest.replay import (
     trained_on,
 )
 from account_tax.data.serialize import TEXT
-from account_tax.evaluation.evidence import NEAREST_SIMILARITY, NOVEL, is_novel, novelty_threshold
+from account_tax.data.spec import NOVEL
+from account_tax.evaluation.evidence import NEAREST_SIMILARITY, is_novel, novelty_threshold
 from account_tax.evaluation.predict import Candidate
-from account_tax.evaluation.review import AUTO, DECISION, auto_threshold, decisions
+from account_tax.evaluation.review import AUTO, DECISION, TrackRecord, auto_threshold, decisions
 from account_tax.evaluation.shipped import read_shipped
 from account_tax.evaluation.tables import CONFIDENCE, PREDICTED_LABEL
+from account_tax.settings import complete
+
+TRACK_RECORD = "results/correct/track_record.parquet"
 
 
 def validation_scores(workdir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -60,8 +65,17 @@ def validation_scores(workdir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return scored.probabilities.max(axis=1), right, nearest
 
 
-def period_rows(workdir: Path, levels: list[float], quantiles: list[float]) -> dict[str, object]:
-    config = yaml.safe_load((workdir / "config.yaml").read_text("utf-8"))
+def period_track_record(workdir: Path, config: dict) -> TrackRecord:
+    """The track record the period's evaluate weighed, if it weighed one."""
+    used = config["data"]["corrections"] and config["review"]["track_record"]
+    return TrackRecord.read(workdir / TRACK_RECORD if used else None)
+
+
+def period_rows(
+    workdir: Path, levels: list[float], quantiles: list[float], track_record: bool = True
+) -> dict[str, object]:
+    config = complete(yaml.safe_load((workdir / "config.yaml").read_text("utf-8")))
+    record = period_track_record(workdir, config) if track_record else TrackRecord.read(None)
     label = config["data"]["columns"]["label"]
     predictions = pl.read_parquet(workdir / f"results/predict/{NEW_RECORDS}.parquet")
     right = (predictions[PREDICTED_LABEL] == predictions[label]).to_numpy()
@@ -72,13 +86,12 @@ def period_rows(workdir: Path, levels: list[float], quantiles: list[float]) -> d
     novel = predictions[NOVEL].to_numpy()
     posted = {"shipped": (predictions[DECISION] == AUTO).to_numpy()}
     validation_confidence, validation_right, validation_nearest = validation_scores(workdir)
+    evidence = record.with_validation(validation_confidence, validation_right)
     target = config["review"]["target_precision"]
     for level in levels:
-        threshold = auto_threshold(validation_confidence, validation_right, target, level)
+        threshold = auto_threshold(*evidence, target, level)
         posted[str(level)] = decisions(confidence, threshold, novel) == AUTO
-    threshold = auto_threshold(
-        validation_confidence, validation_right, target, config["review"]["confidence_level"]
-    )
+    threshold = auto_threshold(*evidence, target, config["review"]["confidence_level"])
     for quantile in quantiles:
         similar = novelty_threshold(validation_nearest, validation_right, quantile)
         novel = is_novel(predictions[NEAREST_SIMILARITY].to_numpy(), similar)
@@ -122,13 +135,21 @@ def main() -> None:
         default=[],
         help="novelty quantiles to re-decide with, at each period's own confidence level",
     )
+    parser.add_argument(
+        "--without-track-record",
+        action="store_true",
+        help="thresholds on the validation split alone, as before the track record",
+    )
     args = parser.parse_args()
     pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=200)
     summary = {}
     for variant in sorted(path for path in args.backtest.iterdir() if (path / "runs").is_dir()):
         runs = sorted(path for path in (variant / "runs").iterdir() if path.is_dir())
         table = pl.DataFrame(
-            [period_rows(run, args.levels, args.novelty_quantiles) for run in runs]
+            [
+                period_rows(run, args.levels, args.novelty_quantiles, not args.without_track_record)
+                for run in runs
+            ]
         )
         print(f"{variant.name}\n{table}")
         totals = table.drop("period").sum().row(0, named=True)

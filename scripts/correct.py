@@ -2,7 +2,8 @@
 record's account, a reviewed record the ledger lacks (with all its columns) joins it cleaned,
 and every record says where its label came from (`label_source`); a row that
 cannot be applied goes to the rejects file with its reason, and of two corrections of a record
-the latest counts. rows in = applied + added + rejected, checked."""
+the latest counts. rows in = applied + added + rejected, checked. Corrections that say what was
+suggested (predict's review files, filled in) make the track record evaluate weighs."""
 
 from dataclasses import asdict
 from pathlib import Path
@@ -24,6 +25,9 @@ def main() -> None:
     parser.add_argument("--output", type=Path, required=True, help="corrected records Parquet")
     parser.add_argument("--rejects", type=Path, required=True, help="rows not applied Parquet")
     parser.add_argument("--counts", type=Path, required=True, help="row counts JSON")
+    parser.add_argument(
+        "--track-record", type=Path, required=True, help="reviewed suggestions Parquet"
+    )
     args = parser.parse_args()
     counts = apply_corrections(
         args.input,
@@ -32,6 +36,7 @@ def main() -> None:
         CleanSettings.of(args.settings["clean"]),
         args.output,
         args.rejects,
+        args.track_record,
     )
     write_json(args.counts, asdict(counts))
     log_stage(args.tracking, "correct", asdict(counts), [args.counts])

@@ -1,7 +1,7 @@
 """Evaluate the fine-tuned model, the baseline and their mix on validation and test, choose the
 candidate that ships, and draw the report's plots (account_tax.evaluation.evaluate)."""
 
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import torch
@@ -29,6 +29,7 @@ HELP = {
     "comparison": "baseline comparison PNG",
     "reliability": "reliability diagram PNG",
     "precision_coverage": "precision-coverage curve PNG",
+    "track_record": "reviewed suggestions Parquet (the correct stage's), if any",
 }
 
 
@@ -36,7 +37,10 @@ def main() -> None:
     parser = cli.parser(__doc__)
     for field in fields(EvaluatePaths):
         parser.add_argument(
-            f"--{field.name.replace('_', '-')}", type=Path, required=True, help=HELP[field.name]
+            f"--{field.name.replace('_', '-')}",
+            type=Path,
+            required=field.default is MISSING,
+            help=HELP[field.name],
         )
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument(

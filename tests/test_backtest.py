@@ -203,6 +203,20 @@ def test_reviewed_records_come_back_as_corrections_with_the_account_a_person_cho
         joined = corrected.join(truth, on="entry_id", suffix="_true")
         assert joined.height == earlier
         assert (joined["account"] == joined["account_true"].str.strip_chars()).all()
+        # Each of them says what was suggested: the track record, whose non-novel rows the
+        # period's threshold rests on with validation.
+        record = pl.read_parquet(runs[index] / "results/correct/track_record.parquet")
+        assert record.height == counts["track_record"] == earlier
+        shown = pl.concat(
+            pl.read_parquet(run / "results/predict/period.review.parquet") for run in runs[:index]
+        ).join(record, left_on="id", right_on="entry_id", suffix="_reviewed")
+        assert shown.height == earlier
+        assert (shown["right"] == (shown["predicted_label"] == shown["account"])).all()
+        assert (shown["novel"] == shown["novel_reviewed"]).all()
+        weighed = table["track_record_rows"][index]
+        assert weighed == record.filter(~pl.col("novel")).height
+        evaluation = json.loads((runs[index] / "results/evaluate/metrics.json").read_text())
+        assert evaluation["review"]["track_record"]["rows"] == weighed
         # Posted records are in the period's ledger with the account that was suggested.
         posted = pl.read_parquet(runs[index - 1] / "results/predict/period.parquet").filter(
             pl.col("decision") == "auto"

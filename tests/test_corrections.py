@@ -60,8 +60,11 @@ def test_corrections_replace_labels_and_every_row_is_accounted_for(ledger, tmp_p
         {"id": ["E00005", "E00006", "E00006"], "account": ["4210", "1800", " 0000 "]}
     ).write_parquet(second)
     output, rejects = tmp_path / "corrected.parquet", tmp_path / "rejects.parquet"
+    track_record = tmp_path / "track_record.parquet"
 
-    counts = apply_corrections(records, [first, second], spec, OPTIONS, output, rejects)
+    counts = apply_corrections(
+        records, [first, second], spec, OPTIONS, output, rejects, track_record
+    )
 
     corrected = pl.read_parquet(output)
     assert corrected.height == pl.read_parquet(records).height
@@ -102,7 +105,10 @@ def test_corrections_replace_labels_and_every_row_is_accounted_for(ledger, tmp_p
         "added": 0,
         "superseded": 2,
         "rejected": 6,
+        "track_record": 0,
     }
+    # Neither file says what was suggested: nothing to learn the threshold from.
+    assert pl.read_parquet(track_record).is_empty()
 
 
 def test_a_file_without_the_id_or_account_column_is_one_clear_error(ledger, tmp_path):
@@ -110,7 +116,13 @@ def test_a_file_without_the_id_or_account_column_is_one_clear_error(ledger, tmp_
     bad = corrections_file(tmp_path / "bad.csv", [{"record": "E00001", "account": "4210"}])
     with pytest.raises(DataError, match=r"bad.csv: a corrections file needs the record's id"):
         apply_corrections(
-            records, [bad], spec, OPTIONS, tmp_path / "o.parquet", tmp_path / "r.parquet"
+            records,
+            [bad],
+            spec,
+            OPTIONS,
+            tmp_path / "o.parquet",
+            tmp_path / "r.parquet",
+            tmp_path / "t.parquet",
         )
 
 
@@ -122,22 +134,27 @@ def test_corrections_need_an_id_column(tmp_path):
         DataSpec.from_config(complete(config))
 
 
-def test_predicts_review_file_is_a_corrections_file_once_its_account_is_filled_in(ledger, tmp_path):
-    """The review file's layout, as predict writes it for records the ledger has (a re-scored
-    period): its `id` and label column are all a correction needs."""
-    spec, records = ledger
-    review = pl.DataFrame(
+def review_file(ids, suggested, confidence, novel):
+    """Predict's review file for records the ledger has (a re-scored period), account empty."""
+    return pl.DataFrame(
         {
-            "source_row": [2, 3],
-            "id": ["E00001", "E00002"],
-            "text": ["memo: office supplies no 1", "memo: office supplies no 2"],
-            "account": [None, None],
-            "predicted_label": ["4930", "4210"],
-            "confidence": [0.51, 0.48],
-            "decision": ["review", "review"],
+            "source_row": list(range(2, 2 + len(ids))),
+            "id": ids,
+            "text": [f"memo: office supplies no {i}" for i in range(len(ids))],
+            "account": [None] * len(ids),
+            "predicted_label": suggested,
+            "confidence": pl.Series(confidence, dtype=pl.Float32),
+            "novel": novel,
+            "decision": ["review"] * len(ids),
         },
         schema_overrides={"account": pl.String},
     )
+
+
+def test_predicts_review_file_is_a_corrections_file_once_its_account_is_filled_in(ledger, tmp_path):
+    """Its `id` and label column are all a correction needs."""
+    spec, records = ledger
+    review = review_file(["E00001", "E00002"], ["4930", "4210"], [0.51, 0.48], [False, False])
     reviewed = review.with_columns(pl.Series("account", ["4210", "4930"]))
     reviewed.write_parquet(tmp_path / "new.review.parquet")
 
@@ -148,6 +165,7 @@ def test_predicts_review_file_is_a_corrections_file_once_its_account_is_filled_i
         OPTIONS,
         tmp_path / "corrected.parquet",
         tmp_path / "rejects.parquet",
+        tmp_path / "track_record.parquet",
     )
 
     assert (counts.applied, counts.rejected) == (2, 0)
@@ -180,6 +198,7 @@ def test_a_reviewed_record_the_ledger_lacks_joins_it_cleaned(ledger, tmp_path):
         OPTIONS,
         tmp_path / "corrected.parquet",
         tmp_path / "rejects.parquet",
+        tmp_path / "track_record.parquet",
     )
 
     assert (counts.rows_in, counts.applied, counts.added, counts.rejected) == (2, 0, 1, 1)
@@ -193,3 +212,43 @@ def test_a_reviewed_record_the_ledger_lacks_joins_it_cleaned(ledger, tmp_path):
     (refused,) = pl.read_parquet(tmp_path / "rejects.parquet").iter_rows(named=True)
     assert (refused["source_row"], refused["entry_id"]) == (2, "E00501")
     assert refused["reason"] == "unparseable number in column 'amount': '12,x'"
+
+
+def test_reviewed_suggestions_make_the_track_record(ledger, tmp_path):
+    """Each correction used that says what was suggested gives one row: the suggestion, its
+    confidence, whether the record was novel, and whether people chose that account. A review
+    file read back as CSV (all text) gives the same; a superseded correction gives none, and one
+    without a suggestion (a plain corrections file) none either."""
+    spec, records = ledger
+    january = review_file(
+        ["E00001", "E00002", "E00003", "E00004"],
+        ["4930", "4210", "4400", "4930"],
+        [0.97, 0.62, 0.91, 0.88],
+        [False, False, True, False],
+    ).with_columns(pl.Series("account", ["4930", "4930", "4400", "1800"]))
+    january.write_csv(tmp_path / "january.review.csv")
+    # E00004 booked again later, by hand, without a suggestion: that correction counts.
+    later = corrections_file(
+        tmp_path / "later.csv",
+        [{"entry_id": "E00004", "account": "4210", "reviewed_at": "2025-02-03"}],
+    )
+    track_record = tmp_path / "track_record.parquet"
+
+    counts = apply_corrections(
+        records,
+        [tmp_path / "january.review.csv", later],
+        spec,
+        OPTIONS,
+        tmp_path / "corrected.parquet",
+        tmp_path / "rejects.parquet",
+        track_record,
+    )
+
+    assert (counts.applied, counts.superseded, counts.track_record) == (4, 1, 3)
+    rows = pl.read_parquet(track_record).sort("entry_id")
+    assert rows["entry_id"].to_list() == ["E00001", "E00002", "E00003"]
+    assert rows["predicted_label"].to_list() == ["4930", "4210", "4400"]
+    assert rows["account"].to_list() == ["4930", "4930", "4400"]
+    assert rows["right"].to_list() == [True, False, True]
+    assert rows["novel"].to_list() == [False, False, True]
+    assert rows["confidence"].to_list() == pytest.approx([0.97, 0.62, 0.91], abs=1e-6)

@@ -4,6 +4,7 @@ that ships, and the verdict."""
 import logging
 
 import numpy as np
+import polars as pl
 import pytest
 
 from account_tax.evaluation.assessment import (
@@ -19,6 +20,7 @@ from account_tax.evaluation.assessment import (
     verdict_text,
 )
 from account_tax.evaluation.evaluate import warn_nothing_posted
+from account_tax.evaluation.review import TrackRecord
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.training.temperature import fit_temperature, negative_log_likelihood
 
@@ -125,12 +127,14 @@ def test_an_empty_validation_split_ships_the_baseline():
     assert shipped["candidate"] == BASELINE
 
 
-def test_a_validation_split_too_small_for_the_target_posts_nothing_and_says_why(caplog):
-    def perfect(rows: int) -> dict[str, Scores]:
-        y_true = np.arange(rows) % len(LABELS)
-        logits = np.eye(len(LABELS))[y_true] * 5
-        return {split: Scores(logits, 1.0, y_true) for split in ("validation", "test")}
+def perfect(rows: int) -> dict[str, Scores]:
+    """Validation and test rows all right, each at the same confidence (0.97)."""
+    y_true = np.arange(rows) % len(LABELS)
+    logits = np.eye(len(LABELS))[y_true] * 5
+    return {split: Scores(logits, 1.0, y_true) for split in ("validation", "test")}
 
+
+def test_a_validation_split_too_small_for_the_target_posts_nothing_and_says_why(caplog):
     # At 0.9 and 0.95 a threshold needs 29 rows all right: 20 perfect rows are not enough.
     report = assess(perfect(20), LABELS, REVIEW)
     assert report["review"]["threshold"] is None
@@ -138,7 +142,7 @@ def test_a_validation_split_too_small_for_the_target_posts_nothing_and_says_why(
     with caplog.at_level(logging.WARNING):
         warn_nothing_posted(MODEL, report)
     assert "nothing will be posted automatically" in caplog.text
-    assert "accuracy 1.000 on 20 rows" in caplog.text
+    assert "accuracy 1.000 on 20 validation rows, 0 reviewed suggestions" in caplog.text
     assert "at least 29 rows above it" in caplog.text
     assert assess(perfect(29), LABELS, REVIEW)["review"]["threshold"] is not None
     # A target of 1 no count of rows can show: the warning says so, not a count.
@@ -150,6 +154,35 @@ def test_a_validation_split_too_small_for_the_target_posts_nothing_and_says_why(
         warn_nothing_posted(MODEL, report)
     assert "no count of rows can show a precision of 1" in caplog.text
     assert "None" not in caplog.text
+
+
+def test_the_track_record_lets_a_small_validation_split_post(tmp_path):
+    """20 validation rows cannot show 0.9 at 0.95 (29 needed); with reviewed suggestions that
+    were right at that confidence they can, and the report says what the threshold would have
+    posted of them. Novel suggestions are left out, and wrong ones above the threshold count
+    against it."""
+    confidence = float(perfect(1)["validation"].confidence_and_correct()[0][0])
+
+    def track_record(right: list[bool], novel: list[bool]) -> TrackRecord:
+        path = tmp_path / "track_record.parquet"
+        pl.DataFrame(
+            {"confidence": [confidence] * len(right), "right": right, "novel": novel}
+        ).write_parquet(path)
+        return TrackRecord.read(path)
+
+    reviewed = track_record([True] * 10 + [False] * 3, [False] * 10 + [True] * 3)
+    report = assess(perfect(20), LABELS, REVIEW, track_record=reviewed)
+    assert report["review"]["threshold"] == pytest.approx(confidence)
+    assert report["review"]["track_record"] | {"threshold": None} == {
+        "threshold": None,
+        "rows": 10,
+        "auto_rows": 10,
+        "coverage": 1.0,
+        "precision": 1.0,
+    }
+    # The same suggestions, three of them wrong and not novel: 27 of 33 right shows no 0.9.
+    mixed = track_record([True] * 10 + [False] * 3, [False] * 13)
+    assert assess(perfect(20), LABELS, REVIEW, track_record=mixed)["review"]["threshold"] is None
 
 
 def test_assess_reports_calibration_before_and_after_the_temperature():

@@ -134,7 +134,8 @@ def path_options(*not_options):
     option of that name (`train_records` -> `--train-records PATH`, a list as several values),
     so that each path is written once, in the rule. `not_options` names the inputs and outputs
     the script takes no option for (files that only trigger a re-run, or that it writes into a
-    folder it is given)."""
+    folder it is given). An input the config leaves out (an empty list) gives no option.
+    """
 
     def options(wildcards, input, output):
         named = [*input.items(), *output.items()]
@@ -145,7 +146,7 @@ def path_options(*not_options):
                 for path in ([paths] if isinstance(paths, str) else paths)
             )
             for name, paths in named
-            if name not in not_options
+            if name not in not_options and paths
         )
 
     return options
@@ -167,6 +168,14 @@ def labelled_records():
     if config["data"]["corrections"]:
         return "results/correct/records.parquet"
     return "results/clean/records.parquet"
+
+
+def track_record():
+    """The reviewed suggestions evaluate weighs with validation when it picks the auto-post
+    threshold (review.track_record): the correct stage's, where corrections flow in."""
+    if config["data"]["corrections"] and config["review"]["track_record"]:
+        return "results/correct/track_record.parquet"
+    return []
 
 
 def data_outputs():

@@ -65,6 +65,7 @@ rule correct:
         output="results/correct/records.parquet",
         rejects="results/correct/rejects.parquet",
         counts="results/correct/counts.json",
+        track_record="results/correct/track_record.parquet",
     log:
         "logs/correct/correct.log",
     benchmark:

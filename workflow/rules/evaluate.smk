@@ -40,6 +40,7 @@ rule evaluate:
         baseline_model="results/baseline/model.joblib",
         baseline_metrics="results/baseline/metrics.json",
         baseline_evidence="results/baseline/evidence",
+        track_record=track_record(),
     output:
         metrics="results/evaluate/metrics.json",
         predictions="results/evaluate/test_predictions.parquet",

@@ -25,10 +25,9 @@ import yaml
 
 from account_tax.cpu_time import children_cpu_seconds
 from account_tax.data.serialize import TEXT
-from account_tax.data.spec import DataSpec
+from account_tax.data.spec import NOVEL, DataSpec
 from account_tax.errors import DataError
 from account_tax.evaluation.assessment import BASELINE, ENSEMBLE, MODEL
-from account_tax.evaluation.evidence import NOVEL
 from account_tax.evaluation.predict import AUTO_THRESHOLD, Candidate
 from account_tax.evaluation.review import AUTO, DECISION, decisions, precision_coverage_curve
 from account_tax.evaluation.shipped import ShippedCandidate
@@ -65,6 +64,7 @@ COLUMNS = (
     "corrections_applied",
     "corrections_added",
     "corrections_rejected",
+    "track_record_rows",
     *(
         f"{column}_{figure}"
         for column in CANDIDATES
@@ -357,6 +357,7 @@ def score_period(
         "corrections_applied": counts.get("applied", 0),
         "corrections_added": counts.get("added", 0),
         "corrections_rejected": counts.get("rejected", 0),
+        "track_record_rows": evaluation["review"]["track_record"]["rows"],
         **{
             f"{column}_macro_f1{end}": intervals[name]["macro_f1"][key]
             for column, name in CANDIDATES.items()

@@ -11,6 +11,11 @@ does not have in a file without the record's columns, a new record that clean re
 superseded by a later correction of the same record), and the counts add up.
 Each record leaves with `label_source`: `correction` where a correction set its label, else
 `ledger`.
+
+A file that also says what was suggested (`predicted_label`, `confidence`, `novel`, as predict's
+review file does) gives the track record: for each correction used, the suggestion people were
+shown, its confidence, and whether it was the account they chose. Evaluate weighs it with the
+validation rows when it picks the auto-post threshold (evaluation/assessment.py).
 """
 
 from __future__ import annotations
@@ -25,7 +30,16 @@ import polars as pl
 
 from account_tax.data.clean import REASON, SOURCE_FILE, CleanSettings, clean
 from account_tax.data.serialize import ID
-from account_tax.data.spec import CORRECTION, LABEL_SOURCE, LABEL_TRIM, LEDGER, DataSpec
+from account_tax.data.spec import (
+    CONFIDENCE,
+    CORRECTION,
+    LABEL_SOURCE,
+    LABEL_TRIM,
+    LEDGER,
+    NOVEL,
+    PREDICTED_LABEL,
+    DataSpec,
+)
 from account_tax.errors import DataError
 from account_tax.io import write_parquet, write_parquets
 from account_tax.settings import SOURCE_ROW
@@ -35,7 +49,10 @@ log = logging.getLogger(__name__)
 REVIEWED_AT, REVIEWED_BY = "reviewed_at", "reviewed_by"
 # The ledger's label before a correction replaced it (null where none did).
 LEDGER_LABEL = "ledger_label"
+# Whether the suggestion was the account people chose (the track record's verdict).
+RIGHT = "right"
 _RECORD, _ACCOUNT, _TIME, _ORDER, _WHOLE = "_record", "_account", "_time", "_order", "_whole"
+_SUGGESTION = (PREDICTED_LABEL, CONFIDENCE, NOVEL)
 
 
 @dataclass(frozen=True)
@@ -46,6 +63,7 @@ class CorrectionCounts:
     added: int  # new records that joined the ledger
     superseded: int  # corrections a later one of the same record replaced (in the rejects)
     rejected: int  # every row of the rejects file, the superseded included
+    track_record: int  # corrections used that say what was suggested (the track record's rows)
 
     def check(self) -> None:
         if self.rows_in != self.applied + self.added + self.rejected:
@@ -85,6 +103,28 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
             (pl.col(c).cast(pl.String) if whole else pl.lit(None, pl.String)).alias(f"_{c}")
             for c in record_columns(spec)
         ]
+        # The suggestion as the file gives it; None where it lacks one of its columns.
+        suggested = all(c in frame.columns for c in _SUGGESTION)
+        suggestion = [
+            (
+                pl.col(PREDICTED_LABEL).cast(pl.String).str.strip_chars(LABEL_TRIM)
+                if suggested
+                else pl.lit(None, pl.String)
+            ).alias(f"_{PREDICTED_LABEL}"),
+            (
+                pl.col(CONFIDENCE).cast(pl.Float64, strict=False)
+                if suggested
+                else pl.lit(None, pl.Float64)
+            ).alias(f"_{CONFIDENCE}"),
+            (
+                pl.col(NOVEL)
+                .cast(pl.String)
+                .str.to_lowercase()
+                .replace_strict({"true": True, "false": False}, default=None)
+                if suggested
+                else pl.lit(None, pl.Boolean)
+            ).alias(f"_{NOVEL}"),
+        ]
         frames.append(
             frame.select(
                 pl.lit(str(path)).alias(SOURCE_FILE),
@@ -95,6 +135,7 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
                 (pl.lit(file_index, pl.Int64) * 2**40 + pl.int_range(pl.len())).alias(_ORDER),
                 pl.lit(whole).alias(_WHOLE),
                 *record,
+                *suggestion,
             ).with_columns(pl.col(_RECORD, _ACCOUNT, REVIEWED_AT, REVIEWED_BY).replace("", None))
         )
     return pl.concat(frames) if frames else pl.DataFrame()
@@ -155,10 +196,11 @@ def apply_corrections(
     options: CleanSettings,
     output: Path,
     rejects: Path,
+    track_record: Path,
 ) -> CorrectionCounts:
     """Write the records of `records` (clean's output) with the corrections applied, the new
-    records added and `label_source`, and the rows that could not be applied; return the
-    checked counts."""
+    records added and `label_source`, the rows that could not be applied, and the track record;
+    return the checked counts."""
     if spec.id is None:
         raise DataError("data.corrections needs data.columns.id: a correction names its record")
     ledger = pl.scan_parquet(records)
@@ -248,6 +290,14 @@ def apply_corrections(
         .otherwise(pl.lit(LEDGER))
         .alias(LABEL_SOURCE),
     ).drop(_ACCOUNT)
+    used = pl.concat(
+        [
+            latest,
+            fresh.join(refused.select(_RECORD), on=_RECORD, how="anti")
+            if refused.height
+            else fresh,
+        ]
+    )
     joined = [added.lazy().with_columns(pl.lit(CORRECTION).alias(LABEL_SOURCE))]
     write_parquets(
         {
@@ -261,6 +311,21 @@ def apply_corrections(
                 REVIEWED_BY,
                 REASON,
             ).lazy(),
+            track_record: used.filter(
+                pl.all_horizontal(pl.col(f"_{c}").is_not_null() for c in _SUGGESTION)
+            )
+            .select(
+                SOURCE_FILE,
+                SOURCE_ROW,
+                pl.col(_RECORD).alias(spec.id),
+                REVIEWED_AT,
+                pl.col(f"_{PREDICTED_LABEL}").alias(PREDICTED_LABEL),
+                pl.col(_ACCOUNT).alias(spec.label),
+                (pl.col(f"_{PREDICTED_LABEL}") == pl.col(_ACCOUNT)).alias(RIGHT),
+                pl.col(f"_{CONFIDENCE}").alias(CONFIDENCE),
+                pl.col(f"_{NOVEL}").alias(NOVEL),
+            )
+            .lazy(),
         }
     )
     applied = pl.scan_parquet(output).filter(pl.col(LABEL_SOURCE) == CORRECTION)
@@ -274,6 +339,7 @@ def apply_corrections(
         added=added.height,
         superseded=superseded.height,
         rejected=rejected.height,
+        track_record=pl.scan_parquet(track_record).select(pl.len()).collect().item(),
     )
     counts.check()
     for row in superseded.head(5).iter_rows(named=True):

@@ -90,6 +90,12 @@ LABEL_SOURCE = "label_source"
 LEDGER, CORRECTION, CHART = "ledger", "correction", "chart"
 """Where a record's label came from: the ledger as read, or a correction (data.corrections)."""
 
+PREDICTED_LABEL, CONFIDENCE, NOVEL = "predicted_label", "confidence", "novel"
+"""What a prediction says of its suggestion: the account, its calibrated probability, and whether
+the record is unlike any training record (never posted). Predict's review file carries them, so
+a reviewed file that comes back as corrections says how each suggestion fared (the track record,
+data/corrections.py)."""
+
 CHART_SUFFIXES = (".csv", ".parquet")
 """data.classes naming a file with one of these extensions is a chart table, any other a list of
 codes, one per line."""

@@ -22,6 +22,7 @@ from account_tax.evaluation.bootstrap import BETTER, TIE, WORSE, ScoredRows, jud
 from account_tax.evaluation.calibration import calibration_metrics, reliability_bins
 from account_tax.evaluation.metrics import TOP_K, TOP_K_ACCURACY, classification_metrics, top_k
 from account_tax.evaluation.review import (
+    TrackRecord,
     auto_threshold,
     coverage,
     precision_coverage_curve,
@@ -180,10 +181,12 @@ def assess(
     labels: list[str],
     review: ReviewSettings,
     amounts: np.ndarray | None = None,
+    track_record: TrackRecord | None = None,
 ) -> dict[str, Any]:
     """One model's report: metrics and calibration per split, and the auto-post threshold chosen
-    on validation with its coverage and precision on each split (amounts: the test rows'), novel
-    rows never posted, and on test without that rule too."""
+    on validation and the track record with its coverage and precision on each (amounts: the
+    test rows'), novel rows never posted, and on test without that rule too."""
+    track_record = track_record or TrackRecord.read(None)
     report: dict[str, Any] = {"temperature": scores["test"].temperature}
     for split, view in scores.items():
         report[split] = classification_metrics(view.y_true, view.calibrated, labels)
@@ -192,7 +195,7 @@ def assess(
             "after": calibration_metrics(view.calibrated, view.y_true),
         }
     threshold = auto_threshold(
-        *scores["validation"].confidence_and_correct(),
+        *track_record.with_validation(*scores["validation"].confidence_and_correct()),
         review.target_precision,
         review.confidence_level,
     )
@@ -210,6 +213,7 @@ def assess(
             )
             for split in SPLITS
         },
+        "track_record": coverage(track_record.confidence, track_record.right, threshold),
         # What the novelty rule costs and saves: the same threshold, novel rows posted too.
         "test_without_novelty": coverage(*scores["test"].confidence_and_correct(), threshold),
     }

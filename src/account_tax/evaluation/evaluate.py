@@ -59,7 +59,7 @@ from account_tax.evaluation.plots import (
     read_history,
 )
 from account_tax.evaluation.predict import CANDIDATE
-from account_tax.evaluation.review import DECISION, decisions
+from account_tax.evaluation.review import DECISION, TrackRecord, decisions
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, PREDICTED_LABEL_ID, predictions_frame
 from account_tax.evaluation.unseen_classes import (
@@ -83,7 +83,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class EvaluatePaths:
-    """Evaluate's inputs (the first nine) and outputs."""
+    """Evaluate's inputs (the first nine, and the track record where corrections flow in) and
+    outputs."""
 
     model: Path
     validation: Path
@@ -103,6 +104,7 @@ class EvaluatePaths:
     comparison: Path
     reliability: Path
     precision_coverage: Path
+    track_record: Path | None = None
 
     @property
     def plots(self) -> list[Path]:
@@ -125,17 +127,19 @@ def warn_nothing_posted(candidate: str, report: dict[str, Any]) -> None:
     else:
         needed = f"a threshold needs at least {review['rows_needed']} rows above it, all right"
         remedy = (
-            "More validation rows (split.validation_fraction) or a lower review.confidence_level"
+            "More validation rows (split.validation_fraction), reviewed suggestions coming"
+            " back as corrections (predict's review files), or a lower review.confidence_level"
         )
     log.warning(
-        "nothing will be posted automatically: on validation no confidence threshold leaves"
-        " %s's rows right at least %s of the time with confidence %s (accuracy %s on %d"
-        " rows; %s). %s can change that.",
+        "nothing will be posted automatically: on validation and the track record no confidence"
+        " threshold leaves %s's rows right at least %s of the time with confidence %s (accuracy"
+        " %s on %d validation rows, %d reviewed suggestions; %s). %s can change that.",
         candidate,
         review["target_precision"],
         review["confidence_level"],
         "-" if accuracy is None else f"{accuracy:.3f}",
         review["validation"]["rows"],
+        review["track_record"]["rows"],
         needed,
         remedy,
     )
@@ -167,7 +171,10 @@ def evaluate(
     }
     neighbours = find_neighbours(indexes, vectors, evidence_k)
     novelty = mark_novel(scores, neighbours, indexes, labels, review.novelty_quantile)
-    reports = {name: assess(view, labels, review, amounts) for name, view in scores.items()}
+    track_record = TrackRecord.read(paths.track_record)
+    reports = {
+        name: assess(view, labels, review, amounts, track_record) for name, view in scores.items()
+    }
     reports[ENSEMBLE]["weight"] = weight
     for name, report in reports.items():
         report["novelty"] = novelty[name]

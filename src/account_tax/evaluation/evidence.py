@@ -21,6 +21,7 @@ import scipy.sparse
 from sklearn.pipeline import Pipeline
 
 from account_tax.data.serialize import ID, TEXT
+from account_tax.data.spec import NOVEL
 from account_tax.evaluation.assessment import BASELINE, ENSEMBLE, MODEL
 from account_tax.evaluation.review import DECISION, REVIEW
 from account_tax.evaluation.tables import CONFIDENCE, LABEL, PREDICTED_LABEL
@@ -32,7 +33,6 @@ EVIDENCE_ACCOUNTS = "evidence_accounts"
 EVIDENCE_SIMILARITIES = "evidence_similarities"
 EVIDENCE_AGREEMENT = "evidence_agreement"
 NEAREST_SIMILARITY = "nearest_similarity"
-NOVEL = "novel"
 WEIGHING_NGRAMS = "weighing_ngrams"
 EVIDENCE_COLUMNS = (
     EVIDENCE_IDS,

@@ -7,12 +7,11 @@ import numpy as np
 import polars as pl
 
 from account_tax.data.serialize import ID, LABEL_ID
+from account_tax.data.spec import CONFIDENCE, PREDICTED_LABEL
 from account_tax.evaluation.metrics import top_k
 
 LABEL = "label"
 PREDICTED_LABEL_ID = "predicted_label_id"
-PREDICTED_LABEL = "predicted_label"
-CONFIDENCE = "confidence"
 TOP_K_LABEL_IDS = "top_k_label_ids"
 TOP_K_LABELS = "top_k_labels"
 TOP_K_PROBABILITIES = "top_k_probabilities"
