@@ -44,7 +44,6 @@ from account_tax.evaluation.predict import Candidate
 from account_tax.evaluation.review import AUTO, DECISION, TrackRecord, auto_threshold, decisions
 from account_tax.evaluation.shipped import read_shipped
 from account_tax.evaluation.tables import CONFIDENCE, PREDICTED_LABEL
-from account_tax.settings import complete
 
 TRACK_RECORD = "results/correct/track_record.parquet"
 
@@ -66,15 +65,14 @@ def validation_scores(workdir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def period_track_record(workdir: Path, config: dict) -> TrackRecord:
-    """The track record the period's evaluate weighed, if it weighed one."""
-    used = config["data"]["corrections"] and config["review"]["track_record"]
-    return TrackRecord.read(workdir / TRACK_RECORD if used else None)
+    """The track record the period's evaluate weighed: the correct stage's, with corrections."""
+    return TrackRecord.read(workdir / TRACK_RECORD if config["data"]["corrections"] else None)
 
 
 def period_rows(
     workdir: Path, levels: list[float], quantiles: list[float], track_record: bool = True
 ) -> dict[str, object]:
-    config = complete(yaml.safe_load((workdir / "config.yaml").read_text("utf-8")))
+    config = yaml.safe_load((workdir / "config.yaml").read_text("utf-8"))
     record = period_track_record(workdir, config) if track_record else TrackRecord.read(None)
     label = config["data"]["columns"]["label"]
     predictions = pl.read_parquet(workdir / f"results/predict/{NEW_RECORDS}.parquet")

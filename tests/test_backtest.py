@@ -217,6 +217,9 @@ def test_reviewed_records_come_back_as_corrections_with_the_account_a_person_cho
         assert weighed == record.filter(~pl.col("novel")).height
         evaluation = json.loads((runs[index] / "results/evaluate/metrics.json").read_text())
         assert evaluation["review"]["track_record"]["rows"] == weighed
+        summary = (runs[index] / "results/evaluate/summary.html").read_text()
+        shown_in_summary = f"{weighed} reviewed suggestions, weighed with validation" in summary
+        assert shown_in_summary == (weighed > 0)
         # Posted records are in the period's ledger with the account that was suggested.
         posted = pl.read_parquet(runs[index - 1] / "results/predict/period.parquet").filter(
             pl.col("decision") == "auto"
@@ -225,6 +228,8 @@ def test_reviewed_records_come_back_as_corrections_with_the_account_a_person_cho
         booked = posted.join(ledger, left_on="id", right_on="entry_id")
         assert booked.height == posted.height
         assert (booked["predicted_label"] == booked["account_right"]).all()
+    # Some period's threshold rested on reviewed suggestions.
+    assert table["track_record_rows"].sum() > 0
 
 
 MODEL_DIR = "results/train/segment-1/model"

@@ -172,8 +172,8 @@ def labelled_records():
 
 def track_record():
     """The reviewed suggestions evaluate weighs with validation when it picks the auto-post
-    threshold (review.track_record): the correct stage's, where corrections flow in."""
-    if config["data"]["corrections"] and config["review"]["track_record"]:
+    threshold: the correct stage's, where corrections flow in."""
+    if config["data"]["corrections"]:
         return "results/correct/track_record.parquet"
     return []
 

@@ -413,6 +413,17 @@ def summary_html(
     target = reports[names[0]]["review"]["target_precision"]
     cells = "".join(f"<td>{_number(reports[name]['review']['threshold'])}</td>" for name in names)
     rows.append(f"<tr><td>validation</td><td>auto-post threshold</td>{cells}</tr>")
+    record = reports[names[0]]["review"]["track_record"]
+    if record["rows"]:
+        cells = "".join(
+            f"<td>{reports[name]['review']['track_record']['auto_rows']} posted, precision "
+            f"{_number(reports[name]['review']['track_record']['precision'])}</td>"
+            for name in names
+        )
+        rows.append(
+            f"<tr><td>track record</td><td>{record['rows']} reviewed suggestions, weighed with "
+            f"validation: at the threshold</td>{cells}</tr>"
+        )
     for key in ("coverage", "precision"):
         cells = "".join(
             f"<td>{_number(reports[name]['review']['test'][key])}</td>" for name in names
