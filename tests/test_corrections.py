@@ -214,19 +214,26 @@ def test_a_reviewed_record_the_ledger_lacks_joins_it_cleaned(ledger, tmp_path):
     assert refused["reason"] == "unparseable number in column 'amount': '12,x'"
 
 
-def test_reviewed_suggestions_make_the_track_record(ledger, tmp_path):
+def test_reviewed_suggestions_make_the_track_record(ledger, tmp_path, caplog):
     """Each correction used that says what was suggested gives one row: the suggestion, its
     confidence, whether the record was novel, and whether people chose that account. A review
     file read back as CSV (all text) gives the same; a superseded correction gives none, and one
-    without a suggestion (a plain corrections file) none either."""
+    without a suggestion (a plain corrections file) none either, nor one whose suggestion does
+    not read (with a warning)."""
     spec, records = ledger
     january = review_file(
-        ["E00001", "E00002", "E00003", "E00004"],
-        ["4930", "4210", "4400", "4930"],
-        [0.97, 0.62, 0.91, 0.88],
-        [False, False, True, False],
-    ).with_columns(pl.Series("account", ["4930", "4930", "4400", "1800"]))
-    january.write_csv(tmp_path / "january.review.csv")
+        ["E00001", "E00002", "E00003", "E00004", "E00005"],
+        ["4930", "4210", "4400", "4930", "4930"],
+        [0.97, 0.62, 0.91, 0.88, 0.9],
+        [False, False, True, False, False],
+    ).with_columns(pl.Series("account", ["4930", "4930", "4400", "1800", "4210"]))
+    # Edited by hand: E00005's confidence no longer reads; it still corrects its record.
+    csv = january.write_csv().replace(
+        "E00005,memo: office supplies no 4,4210,4930,0.9",
+        "E00005,memo: office supplies no 4,4210,4930,high",
+    )
+    assert ",4930,high" in csv
+    (tmp_path / "january.review.csv").write_text(csv)
     # E00004 booked again later, by hand, without a suggestion: that correction counts.
     later = corrections_file(
         tmp_path / "later.csv",
@@ -244,7 +251,8 @@ def test_reviewed_suggestions_make_the_track_record(ledger, tmp_path):
         track_record,
     )
 
-    assert (counts.applied, counts.superseded, counts.track_record) == (4, 1, 3)
+    assert (counts.applied, counts.superseded, counts.track_record) == (5, 1, 3)
+    assert "1 corrections come from files that say what was suggested, but not" in caplog.text
     rows = pl.read_parquet(track_record).sort("entry_id")
     assert rows["entry_id"].to_list() == ["E00001", "E00002", "E00003"]
     assert rows["predicted_label"].to_list() == ["4930", "4210", "4400"]

@@ -52,7 +52,7 @@ LEDGER_LABEL = "ledger_label"
 # Whether the suggestion was the account people chose (the track record's verdict).
 RIGHT = "right"
 _RECORD, _ACCOUNT, _TIME, _ORDER, _WHOLE = "_record", "_account", "_time", "_order", "_whole"
-_SUGGESTION = (PREDICTED_LABEL, CONFIDENCE, NOVEL)
+_SUGGESTION, _SUGGESTED = (PREDICTED_LABEL, CONFIDENCE, NOVEL), "_suggested"
 
 
 @dataclass(frozen=True)
@@ -103,28 +103,22 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
             (pl.col(c).cast(pl.String) if whole else pl.lit(None, pl.String)).alias(f"_{c}")
             for c in record_columns(spec)
         ]
-        # The suggestion as the file gives it; None where it lacks one of its columns.
+        # The suggestion as the file gives it; none where it lacks one of its columns, and
+        # none for a row whose suggestion does not read (it still corrects its record).
         suggested = all(c in frame.columns for c in _SUGGESTION)
-        suggestion = [
-            (
-                pl.col(PREDICTED_LABEL).cast(pl.String).str.strip_chars(LABEL_TRIM)
-                if suggested
-                else pl.lit(None, pl.String)
-            ).alias(f"_{PREDICTED_LABEL}"),
-            (
-                pl.col(CONFIDENCE).cast(pl.Float64, strict=False)
-                if suggested
-                else pl.lit(None, pl.Float64)
-            ).alias(f"_{CONFIDENCE}"),
-            (
+        confidence = pl.col(CONFIDENCE).cast(pl.Float64, strict=False)
+        suggestion = (
+            [
+                pl.col(PREDICTED_LABEL).cast(pl.String).str.strip_chars(LABEL_TRIM),
+                pl.when(confidence.is_between(0, 1)).then(confidence),
                 pl.col(NOVEL)
                 .cast(pl.String)
                 .str.to_lowercase()
-                .replace_strict({"true": True, "false": False}, default=None)
-                if suggested
-                else pl.lit(None, pl.Boolean)
-            ).alias(f"_{NOVEL}"),
-        ]
+                .replace_strict({"true": True, "false": False}, default=None),
+            ]
+            if suggested
+            else [pl.lit(None, pl.String), pl.lit(None, pl.Float64), pl.lit(None, pl.Boolean)]
+        )
         frames.append(
             frame.select(
                 pl.lit(str(path)).alias(SOURCE_FILE),
@@ -135,7 +129,8 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
                 (pl.lit(file_index, pl.Int64) * 2**40 + pl.int_range(pl.len())).alias(_ORDER),
                 pl.lit(whole).alias(_WHOLE),
                 *record,
-                *suggestion,
+                pl.lit(suggested).alias(_SUGGESTED),
+                *(c.alias(f"_{name}") for c, name in zip(suggestion, _SUGGESTION, strict=True)),
             ).with_columns(pl.col(_RECORD, _ACCOUNT, REVIEWED_AT, REVIEWED_BY).replace("", None))
         )
     return pl.concat(frames) if frames else pl.DataFrame()
@@ -298,6 +293,16 @@ def apply_corrections(
             else fresh,
         ]
     )
+    readable = pl.all_horizontal(pl.col(f"_{c}").is_not_null() for c in _SUGGESTION)
+    unreadable = used.filter(pl.col(_SUGGESTED) & ~readable).height
+    if unreadable:
+        log.warning(
+            "correct: %d corrections come from files that say what was suggested, but not"
+            " readably (%s: an account, a confidence in [0, 1], true or false); they correct"
+            " their records and are left out of the track record",
+            unreadable,
+            ", ".join(_SUGGESTION),
+        )
     joined = [added.lazy().with_columns(pl.lit(CORRECTION).alias(LABEL_SOURCE))]
     write_parquets(
         {
@@ -311,9 +316,7 @@ def apply_corrections(
                 REVIEWED_BY,
                 REASON,
             ).lazy(),
-            track_record: used.filter(
-                pl.all_horizontal(pl.col(f"_{c}").is_not_null() for c in _SUGGESTION)
-            )
+            track_record: used.filter(readable)
             .select(
                 SOURCE_FILE,
                 SOURCE_ROW,
