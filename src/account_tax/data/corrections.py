@@ -303,6 +303,17 @@ def apply_corrections(
             unreadable,
             ", ".join(_SUGGESTION),
         )
+    reviewed = used.filter(readable).select(
+        SOURCE_FILE,
+        SOURCE_ROW,
+        pl.col(_RECORD).alias(spec.id),
+        REVIEWED_AT,
+        pl.col(f"_{PREDICTED_LABEL}").alias(PREDICTED_LABEL),
+        pl.col(_ACCOUNT).alias(spec.label),
+        (pl.col(f"_{PREDICTED_LABEL}") == pl.col(_ACCOUNT)).alias(RIGHT),
+        pl.col(f"_{CONFIDENCE}").alias(CONFIDENCE),
+        pl.col(f"_{NOVEL}").alias(NOVEL),
+    )
     joined = [added.lazy().with_columns(pl.lit(CORRECTION).alias(LABEL_SOURCE))]
     write_parquets(
         {
@@ -316,19 +327,7 @@ def apply_corrections(
                 REVIEWED_BY,
                 REASON,
             ).lazy(),
-            track_record: used.filter(readable)
-            .select(
-                SOURCE_FILE,
-                SOURCE_ROW,
-                pl.col(_RECORD).alias(spec.id),
-                REVIEWED_AT,
-                pl.col(f"_{PREDICTED_LABEL}").alias(PREDICTED_LABEL),
-                pl.col(_ACCOUNT).alias(spec.label),
-                (pl.col(f"_{PREDICTED_LABEL}") == pl.col(_ACCOUNT)).alias(RIGHT),
-                pl.col(f"_{CONFIDENCE}").alias(CONFIDENCE),
-                pl.col(f"_{NOVEL}").alias(NOVEL),
-            )
-            .lazy(),
+            track_record: reviewed.lazy(),
         }
     )
     applied = pl.scan_parquet(output).filter(pl.col(LABEL_SOURCE) == CORRECTION)
@@ -342,7 +341,7 @@ def apply_corrections(
         added=added.height,
         superseded=superseded.height,
         rejected=rejected.height,
-        track_record=pl.scan_parquet(track_record).select(pl.len()).collect().item(),
+        track_record=reviewed.height,
     )
     counts.check()
     for row in superseded.head(5).iter_rows(named=True):
