@@ -51,7 +51,7 @@ there.
 Each repeat runs every side on every case, the order of the sides rotated from one repeat to the
 next; medians are over repeats. One thread per process (--threads; OMP_NUM_THREADS and
 torch.set_num_threads). Every side runs at every --precisions (default: fp32 and bf16 on a CPU
-with native bf16, fp32 on one without, bf16 on a GPU): ours through DeepSpeed's bf16 mode (the
+with native bf16 and on a GPU, fp32 on a CPU without): ours through DeepSpeed's bf16 mode (the
 frozen weights stored in bf16), the Trainer through autocast (`bf16=True`, with `use_cpu=True` on
 the CPU). A side's name in the results carries its precision, `ours@bf16`.
 """
@@ -543,7 +543,7 @@ def default_precisions(device: str) -> list[str]:
     from account_tax.training.precision import cpu_has_bf16
 
     if device == "cuda":
-        return ["bf16"]
+        return ["fp32", "bf16"]
     return ["fp32", "bf16"] if cpu_has_bf16() else ["fp32"]
 
 
@@ -683,7 +683,7 @@ def main() -> None:
         "--precisions",
         nargs="+",
         choices=("fp32", "bf16", "fp16"),
-        help="each side at each (default: fp32 and bf16 where the CPU has native bf16)",
+        help="each side at each (default: fp32 and bf16 on a GPU or a CPU with native bf16)",
     )
     parser.add_argument(
         "--warmup-steps", type=int, default=1, help="first steps of each run left out (default 1)"
