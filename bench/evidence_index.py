@@ -6,7 +6,7 @@
 
 Rows: the bundled data's serialized train and validation texts repeated to `--rows`, each copy
 with its own id, as two serialized splits. Each repeat runs
-`account_tax.training.evidence.build_model_index` (what training runs when it exports a model:
+`account_tax.training.model_index.build_model_index` (what training runs when it exports a model:
 load the model, embed every record as the head sees it, write the float16 vectors and the
 records) into a copy of the model folder, in its own subprocess with `--threads` torch threads.
 Reported: the median seconds, rows/s, the index's size on disk, and both scaled to 100,000 rows
@@ -47,7 +47,7 @@ def write_splits(workdir: Path, rows: int, out: Path) -> dict[str, Path]:
 def worker(model: str, splits: str, threads: int) -> None:
     import torch
 
-    from account_tax.training.evidence import build_model_index
+    from account_tax.training.model_index import build_model_index
 
     torch.set_num_threads(threads)
     splits = {k: Path(v) for k, v in json.loads(splits).items()}

@@ -17,16 +17,11 @@ from conftest import LABELS, REPO, ledger_rows
 
 from account_tax.data.split import TRAINED_ROWS
 from account_tax.errors import DataError
-from account_tax.training.evidence import (
-    DRIFT_SAMPLE,
-    INDEX_DIR,
-    EvidenceIndex,
-    build_model_index,
-    unit_rows,
-)
+from account_tax.training.evidence import INDEX_DIR, EvidenceIndex, unit_rows
 from account_tax.training.head_init import trained_head
 from account_tax.training.inference import load_classifier, predict_logits
 from account_tax.training.model import build_model, prepare_for_training
+from account_tax.training.model_index import DRIFT_SAMPLE, build_model_index
 from account_tax.training.settings import TrainSettings
 from account_tax.training.warm_start import (
     InitModel,

@@ -65,7 +65,6 @@ from account_tax.training.distributed import (
     gather_from_all,
     init_distributed,
 )
-from account_tax.training.evidence import build_model_index
 from account_tax.training.fsdp import FsdpEngine
 from account_tax.training.head_init import (
     embed_classes_without_rows,
@@ -86,6 +85,7 @@ from account_tax.training.model import (
     prepare_for_training,
     resolve_model_dir,
 )
+from account_tax.training.model_index import build_model_index
 from account_tax.training.precision import resolve_precision
 from account_tax.training.prototypes import choose_final_head
 from account_tax.training.settings import RUN_ONLY_KEYS, EarlyStoppingSettings, TrainSettings
