@@ -220,6 +220,13 @@ def test_reviewed_records_come_back_as_corrections_with_the_account_a_person_cho
         summary = (runs[index] / "results/evaluate/summary.html").read_text()
         shown_in_summary = f"{weighed} reviewed suggestions, weighed with validation" in summary
         assert shown_in_summary == (weighed > 0)
+        # The highest target those rows support: a threshold exactly where it reaches the
+        # target, and shown beside the threshold.
+        review, supported = evaluation["review"], evaluation["review"]["highest_supported_target"]
+        reaches = supported["target_precision"] >= review["target_precision"]
+        assert (review["threshold"] is not None) == reaches
+        best = f"{supported['target_precision']:.3f}, posting {supported['coverage']:.3f}"
+        assert best in summary
         # Posted records are in the period's ledger with the account that was suggested.
         posted = pl.read_parquet(runs[index - 1] / "results/predict/period.parquet").filter(
             pl.col("decision") == "auto"

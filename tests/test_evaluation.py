@@ -144,6 +144,11 @@ def test_a_validation_split_too_small_for_the_target_posts_nothing_and_says_why(
     assert "nothing will be posted automatically" in caplog.text
     assert "accuracy 1.000 on 20 validation rows, 0 reviewed suggestions" in caplog.text
     assert "at least 29 rows above it" in caplog.text
+    # What the rows would support instead: all 20 right show 0.861 (0.05 ** (1/20)).
+    assert report["review"]["highest_supported_target"]["coverage"] == 1.0
+    assert "support a review.target_precision of 0.861 at most (posting 100.0% of them)" in (
+        caplog.text
+    )
     assert assess(perfect(29), LABELS, REVIEW)["review"]["threshold"] is not None
     # A target of 1 no count of rows can show: the warning says so, not a count.
     caplog.clear()
@@ -153,6 +158,7 @@ def test_a_validation_split_too_small_for_the_target_posts_nothing_and_says_why(
     with caplog.at_level(logging.WARNING):
         warn_nothing_posted(MODEL, report)
     assert "no count of rows can show a precision of 1" in caplog.text
+    assert "support a review.target_precision of 0.994 at most" in caplog.text
     assert "None" not in caplog.text
 
 

@@ -9,6 +9,7 @@ from account_tax.evaluation.review import (
     auto_threshold,
     coverage,
     decisions,
+    highest_supported_target,
     precision_lower_bound,
     rows_needed,
 )
@@ -35,6 +36,26 @@ def test_a_few_right_rows_do_not_make_a_threshold():
     assert auto_threshold(confidence, correct, 0.98, 0.95) is None
     assert auto_threshold(confidence, correct, 0.35, 0.95) == 0.97
     assert list(decisions(confidence, None)) == [REVIEW] * 5
+
+
+def test_rows_right_as_often_as_the_target_support_a_lower_one():
+    # Newark's December: the most confident 200 right 196 times, the rest right 60 % of the
+    # time. Rows right 98 % of the time cannot promise 98 %: the highest target they support is
+    # the best lower bound over thresholds, and that target posts exactly there, not above it.
+    rng = np.random.default_rng(0)
+    confidence = np.linspace(1.0, 0.1, 1000)
+    correct = np.concatenate([rng.permutation([True] * 196 + [False] * 4), rng.random(800) < 0.6])
+    assert auto_threshold(confidence, correct, 0.98, 0.95) is None
+    supported = highest_supported_target(confidence, correct, 0.95)
+    target = supported["target_precision"]
+    assert 0.9 < target < 0.98
+    threshold = auto_threshold(confidence, correct, target, 0.95)
+    assert threshold is not None and threshold <= supported["threshold"]
+    assert auto_threshold(confidence, correct, target + 1e-9, 0.95) is None
+    posted = confidence >= supported["threshold"]
+    assert supported["coverage"] == posted.mean()
+    assert target == pytest.approx(precision_lower_bound(correct[posted].sum(), posted.sum(), 0.95))
+    assert highest_supported_target(np.array([]), np.array([], dtype=bool), 0.95) is None
 
 
 def test_the_lower_bound_is_clopper_pearsons():

@@ -25,6 +25,7 @@ from account_tax.evaluation.review import (
     TrackRecord,
     auto_threshold,
     coverage,
+    highest_supported_target,
     precision_coverage_curve,
     rows_needed,
 )
@@ -194,16 +195,14 @@ def assess(
             "before": calibration_metrics(view.raw, view.y_true),
             "after": calibration_metrics(view.calibrated, view.y_true),
         }
-    threshold = auto_threshold(
-        *track_record.with_validation(*scores["validation"].confidence_and_correct()),
-        review.target_precision,
-        review.confidence_level,
-    )
+    weighed = track_record.with_validation(*scores["validation"].confidence_and_correct())
+    threshold = auto_threshold(*weighed, review.target_precision, review.confidence_level)
     report["review"] = {
         "target_precision": review.target_precision,
         "confidence_level": review.confidence_level,
         "rows_needed": rows_needed(review.target_precision, review.confidence_level),
         "threshold": threshold,
+        "highest_supported_target": highest_supported_target(*weighed, review.confidence_level),
         **{
             split: coverage(
                 *scores[split].confidence_and_correct(),
@@ -413,6 +412,18 @@ def summary_html(
     target = reports[names[0]]["review"]["target_precision"]
     cells = "".join(f"<td>{_number(reports[name]['review']['threshold'])}</td>" for name in names)
     rows.append(f"<tr><td>validation</td><td>auto-post threshold</td>{cells}</tr>")
+    supported = [reports[name]["review"]["highest_supported_target"] for name in names]
+    cells = "".join(
+        f"<td>{_number(best['target_precision'])}, posting {_number(best['coverage'])}</td>"
+        if best
+        else "<td>n/a</td>"
+        for best in supported
+    )
+    level = reports[names[0]]["review"]["confidence_level"]
+    rows.append(
+        f"<tr><td>validation</td><td>highest target these rows support (confidence {level})"
+        f"</td>{cells}</tr>"
+    )
     record = reports[names[0]]["review"]["track_record"]
     if record["rows"]:
         cells = "".join(

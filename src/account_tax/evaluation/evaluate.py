@@ -130,6 +130,12 @@ def warn_nothing_posted(candidate: str, report: dict[str, Any]) -> None:
             "More validation rows (split.validation_fraction), reviewed suggestions coming"
             " back as corrections (predict's review files), or a lower review.confidence_level"
         )
+    supported = review["highest_supported_target"]
+    if supported is not None:
+        remedy += (
+            f"; these rows support a review.target_precision of {supported['target_precision']:.3f}"
+            f" at most (posting {supported['coverage']:.1%} of them)"
+        )
     log.warning(
         "nothing will be posted automatically: on validation and the track record no confidence"
         " threshold leaves %s's rows right at least %s of the time with confidence %s (accuracy"

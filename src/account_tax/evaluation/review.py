@@ -105,6 +105,26 @@ def auto_threshold(
     return float(thresholds[meets].min()) if meets.any() else None
 
 
+def highest_supported_target(
+    confidence: np.ndarray, correct: np.ndarray, confidence_level: float
+) -> dict[str, float] | None:
+    """The highest target precision some threshold on these rows reaches at `confidence_level`
+    (the best lower bound over thresholds), that threshold, and the share of the rows it posts:
+    what a target would have to be for anything to be posted. None without rows."""
+    if not len(confidence):
+        return None
+    thresholds, rows, precision, share = precision_coverage_curve(
+        np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=bool)
+    )
+    bounds = precision_lower_bound(np.rint(precision * rows), rows, confidence_level)
+    best = int(np.argmax(bounds))
+    return {
+        "target_precision": float(bounds[best]),
+        "threshold": float(thresholds[best]),
+        "coverage": float(share[best]),
+    }
+
+
 def decisions(
     confidence: np.ndarray, threshold: float | None, novel: np.ndarray | None = None
 ) -> np.ndarray:

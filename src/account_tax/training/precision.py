@@ -1,6 +1,6 @@
-"""Which number format to train in: `auto` is fp32 on a GPU and bf16 on a CPU that computes it
-natively, else fp32, as measured for the bundled models (bench/README.md). Losses and softmax stay
-in fp32 whatever this says."""
+"""Which number format to compute in. Training's `auto` is fp32 on a GPU and bf16 on a CPU that
+computes it natively, else fp32, as measured for the bundled models (bench/README.md); inference
+runs in bf16 wherever the device has it. Losses and softmax stay in fp32 whatever this says."""
 
 from __future__ import annotations
 
