@@ -223,6 +223,7 @@ def test_reviewed_records_come_back_as_corrections_with_the_account_a_person_cho
         # The highest target those rows support: a threshold exactly where it reaches the
         # target, and shown beside the threshold.
         review, supported = evaluation["review"], evaluation["review"]["highest_supported_target"]
+        assert table["supported_target"][index] == supported["target_precision"]
         reaches = supported["target_precision"] >= review["target_precision"]
         assert (review["threshold"] is not None) == reaches
         best = f"{supported['target_precision']:.3f}, posting {supported['coverage']:.3f}"

@@ -65,6 +65,7 @@ COLUMNS = (
     "corrections_added",
     "corrections_rejected",
     "track_record_rows",
+    "supported_target",
     *(
         f"{column}_{figure}"
         for column in CANDIDATES
@@ -358,6 +359,7 @@ def score_period(
         "corrections_added": counts.get("added", 0),
         "corrections_rejected": counts.get("rejected", 0),
         "track_record_rows": evaluation["review"]["track_record"]["rows"],
+        "supported_target": evaluation["review"]["highest_supported_target"]["target_precision"],
         **{
             f"{column}_macro_f1{end}": intervals[name]["macro_f1"][key]
             for column, name in CANDIDATES.items()
