@@ -90,6 +90,18 @@ def rows_needed(target_precision: float, confidence_level: float) -> int | None:
     return math.ceil(math.log(1 - confidence_level) / math.log(target_precision))
 
 
+def threshold_lower_bounds(
+    confidence: np.ndarray, correct: np.ndarray, confidence_level: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each distinct confidence (highest first): the threshold, the lower bound of its rows'
+    precision at `confidence_level`, and the share of rows it posts."""
+    thresholds, rows, precision, share = precision_coverage_curve(
+        np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=bool)
+    )
+    bounds = precision_lower_bound(np.rint(precision * rows), rows, confidence_level)
+    return thresholds, bounds, share
+
+
 def auto_threshold(
     confidence: np.ndarray, correct: np.ndarray, target_precision: float, confidence_level: float
 ) -> float | None:
@@ -97,11 +109,8 @@ def auto_threshold(
     `confidence_level` (see the module's docstring), or None."""
     if not len(confidence):
         return None
-    thresholds, rows, precision, _ = precision_coverage_curve(
-        np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=bool)
-    )
-    hits = np.rint(precision * rows)
-    meets = precision_lower_bound(hits, rows, confidence_level) >= target_precision
+    thresholds, bounds, _ = threshold_lower_bounds(confidence, correct, confidence_level)
+    meets = bounds >= target_precision
     return float(thresholds[meets].min()) if meets.any() else None
 
 
@@ -113,10 +122,7 @@ def highest_supported_target(
     what a target would have to be for anything to be posted. None without rows."""
     if not len(confidence):
         return None
-    thresholds, rows, precision, share = precision_coverage_curve(
-        np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=bool)
-    )
-    bounds = precision_lower_bound(np.rint(precision * rows), rows, confidence_level)
+    thresholds, bounds, share = threshold_lower_bounds(confidence, correct, confidence_level)
     best = int(np.argmax(bounds))
     return {
         "target_precision": float(bounds[best]),
