@@ -8,6 +8,12 @@ splits, which differ between the variants. A last row pools every period after t
 a warm start and a full retrain still train the same model): a month of a small ledger holds
 some 50 records, too few for an interval narrower than the differences that matter.
 
+Several backtest folders, each a chain of the same stream (the same records replayed with
+another seed, precision or machine), add a last line: the mean over the chains of the pooled
+difference, with an interval that resamples the chains and the classes both. One chain's paired
+interval resamples records only, while the next chain can land further away than that: a chain
+of warm starts compounds small numeric differences.
+
 Example: python bench/backtest_next_month.py results/backtest --variants warm loop
 """
 
@@ -22,7 +28,7 @@ import yaml
 from account_tax.backtest.replay import NEW_RECORDS, trained_model
 from account_tax.data.features import LABEL_MAP
 from account_tax.data.serialize import TEXT, read_labels
-from account_tax.evaluation.bootstrap import ScoredRows, paired_bootstrap
+from account_tax.evaluation.bootstrap import ClassTotals, ScoredRows, paired_bootstrap
 from account_tax.evaluation.metrics import TOP_K
 from account_tax.training.inference import load_classifier, score_texts
 from account_tax.training.model import read_training_info
@@ -78,45 +84,120 @@ def comparison(
     return f"{name} | {len(truth)} | {cells[0]} | {cells[1]} | {difference}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("backtest", type=Path, help="the backtest's folder (results/backtest)")
-    parser.add_argument("--variants", nargs=2, required=True, help="the two variants compared")
-    parser.add_argument("--resamples", type=int, default=1000)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    first, second = args.variants
+def chain_difference(
+    truth: np.ndarray,
+    chains: list[dict[str, ScoredRows]],
+    num_labels: int,
+    *,
+    resamples: int,
+    seed: int = 13,
+    level: float = 0.95,
+) -> dict[str, float]:
+    """The mean over chains of the first variant's macro-F1 minus the second's, all chains scored
+    on the same records (`truth`). Each resample draws the chains with replacement and the
+    classes present with replacement, one draw of the classes for all chains (they share the
+    records); the interval is the percentile interval."""
+    differences = []
+    for rows in chains:
+        first, second = (ClassTotals.of(truth, scored, num_labels) for scored in rows.values())
+        differences.append((first, second))
+    classes = len(differences[0][0].support)
+    rng = np.random.default_rng(seed)
+    class_draws = rng.integers(0, classes, size=(resamples, classes))
+    everything = np.arange(classes)[None, :]
+    point = np.mean(
+        [
+            f.scores(everything)["macro_f1"] - s.scores(everything)["macro_f1"]
+            for f, s in differences
+        ]
+    )
+    per_chain = np.stack(
+        [
+            f.scores(class_draws)["macro_f1"] - s.scores(class_draws)["macro_f1"]
+            for f, s in differences
+        ]
+    )
+    chain_draws = rng.integers(0, len(chains), size=(resamples, len(chains)))
+    means = per_chain[chain_draws, np.arange(resamples)[:, None]].mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return {"value": float(point), "low": float(low), "high": float(high)}
+
+
+def read_periods(backtest: Path, variants: list[str]) -> dict[str, tuple]:
+    """Each period both variants ran: its records' texts and accounts, and each variant's model."""
     runs = {
-        variant: {
-            run.name: run for run in (args.backtest / variant / "runs").iterdir() if run.is_dir()
-        }
-        for variant in args.variants
+        variant: {run.name: run for run in (backtest / variant / "runs").iterdir() if run.is_dir()}
+        for variant in variants
     }
+    first, second = variants
     periods = {}
     for period in sorted(set(runs[first]) & set(runs[second])):
         config = yaml.safe_load((runs[first][period] / "config.yaml").read_text("utf-8"))
         label = config["data"]["columns"]["label"]
         records = pl.read_parquet(runs[first][period] / f"results/predict/{NEW_RECORDS}.parquet")
-        models = {variant: trained_model(runs[variant][period]) for variant in args.variants}
+        models = {variant: trained_model(runs[variant][period]) for variant in variants}
         periods[period] = (records[TEXT].to_list(), records[label].cast(pl.String), models)
-    # One label list for every period, so that the pooled rows share it.
+    return periods
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "backtest",
+        type=Path,
+        nargs="+",
+        help="the backtest's folder (results/backtest); several: chains of the same stream",
+    )
+    parser.add_argument("--variants", nargs=2, required=True, help="the two variants compared")
+    parser.add_argument("--resamples", type=int, default=1000)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    first, second = args.variants
+    chains = {backtest: read_periods(backtest, args.variants) for backtest in args.backtest}
+    periods = next(iter(chains.values()))
+    for backtest, other in chains.items():
+        same = list(other) == list(periods) and all(
+            other[p][0] == periods[p][0] and other[p][1].equals(periods[p][1]) for p in periods
+        )
+        if not same:
+            raise SystemExit(f"{backtest}: not the same periods and records as {args.backtest[0]}")
+    # One label list for every period and chain, so that the pooled rows share it.
     labels = sorted(
         set().union(
             *(truth for _, truth, _ in periods.values()),
-            *(read_labels(m / LABEL_MAP) for *_, ms in periods.values() for m in ms.values()),
+            *(
+                read_labels(model / LABEL_MAP)
+                for chain in chains.values()
+                for *_, models in chain.values()
+                for model in models.values()
+            ),
         )
     )
-    print(f"period | records | {first}: accuracy, macro-F1 | {second}: the same | difference")
-    truths, rows = {}, {}
-    for period, (texts, truth, models) in periods.items():
-        truths[period] = np.array([labels.index(account) for account in truth])
-        rows[period] = {v: scored(m, texts, truths[period], labels) for v, m in models.items()}
-        print(comparison(period, truths[period], rows[period], len(labels), args.resamples))
+    truths = {p: np.array([labels.index(account) for account in periods[p][1]]) for p in periods}
     later = list(periods)[1:]
-    if len(later) > 1:
-        truth = np.concatenate([truths[period] for period in later])
-        parts = {v: pooled([rows[period][v] for period in later]) for v in args.variants}
-        print(comparison(f"{later[0]} to {later[-1]}", truth, parts, len(labels), args.resamples))
+    if not later:
+        raise SystemExit(f"{args.backtest[0]}: one period; the first is trained alike in both")
+    pooled_truth = np.concatenate([truths[period] for period in later])
+    pooled_rows = []
+    for backtest, chain in chains.items():
+        print(backtest)
+        print(f"period | records | {first}: accuracy, macro-F1 | {second}: the same | difference")
+        rows = {}
+        for period, (texts, _, models) in chain.items():
+            rows[period] = {v: scored(m, texts, truths[period], labels) for v, m in models.items()}
+            print(comparison(period, truths[period], rows[period], len(labels), args.resamples))
+        pooled_rows.append({v: pooled([rows[p][v] for p in later]) for v in args.variants})
+        if len(later) > 1:
+            name = f"{later[0]} to {later[-1]}"
+            print(comparison(name, pooled_truth, pooled_rows[-1], len(labels), args.resamples))
+    if len(pooled_rows) > 1 and later:
+        difference = chain_difference(
+            pooled_truth, pooled_rows, len(labels), resamples=args.resamples
+        )
+        print(
+            f"mean over {len(pooled_rows)} chains, {later[0]} to {later[-1]} |"
+            f" {len(pooled_truth)} | {first} - {second}: {interval(difference)}"
+        )
 
 
 if __name__ == "__main__":
