@@ -28,7 +28,6 @@ from account_tax.training.warm_start import (
     check_label_ids,
     classes_to_start_anew,
     copy_head_rows,
-    draw_by_class,
     head_state,
     load_adapter,
     read_init_model,
@@ -68,23 +67,6 @@ def test_the_rows_to_learn_are_the_new_and_relabelled_ones_plus_a_seeded_replay(
     assert counts["replayed_rows"] == 8 and len(everything) == 10
     none, counts = rows_to_learn(split, NEW_LABELS, init_of(old), replay_ratio=0, seed=3)
     assert none["id"].to_list() == ["r8", "r9"]
-
-
-def test_the_replay_draws_every_class_as_often_as_any_other():
-    """90 learned rows of one class, 10 of another: a draw of 10 by row takes one of the rare
-    class's on average, a draw by class about half (a little under: a row drawn takes its weight
-    out of its class's, and the rare class's rows weigh more)."""
-    label_ids = np.array([0] * 90 + [1] * 10)
-    rows = np.arange(100)
-    rare = [
-        (label_ids[draw_by_class(rows, label_ids, 10, np.random.default_rng(seed))] == 1).sum()
-        for seed in range(200)
-    ]
-    assert 4 < np.mean(rare) < 5
-    drawn = draw_by_class(rows, label_ids, 10, np.random.default_rng(0))
-    assert len(set(drawn)) == 10
-    assert np.array_equal(drawn, draw_by_class(rows, label_ids, 10, np.random.default_rng(0)))
-    assert sorted(draw_by_class(rows, label_ids, 100, np.random.default_rng(0))) == list(rows)
 
 
 def test_label_ids_of_the_old_model_must_come_first_in_its_order(tmp_path):

@@ -110,8 +110,8 @@ def rows_to_learn(
     frame: pl.DataFrame, labels: list[str], init: InitModel, replay_ratio: float, seed: int
 ) -> tuple[pl.DataFrame, dict[str, int]]:
     """The training rows the old model has not learned (new ids, or ids whose label changed: a
-    correction) and `replay_ratio` times as many of the others, drawn class by class with
-    `seed`; in the split's order. Also the counts."""
+    correction) and `replay_ratio` times as many of the others, drawn with `seed`; in the
+    split's order. Also the counts."""
     keyed = frame.with_columns(label_names(frame, labels).alias("_label"))
     learned = init.trained.select(
         pl.col("id").cast(pl.String), pl.col("label").alias("_label"), pl.lit(True).alias("_known")
@@ -124,8 +124,7 @@ def rows_to_learn(
     old_rows = np.flatnonzero(known)
     replayed = min(len(old_rows), round(replay_ratio * len(new_rows)))
     rng = np.random.default_rng(seed)
-    replay = draw_by_class(old_rows, frame[LABEL_ID].to_numpy(), replayed, rng)
-    chosen = np.sort(np.concatenate([new_rows, replay]))
+    chosen = np.sort(np.concatenate([new_rows, rng.choice(old_rows, replayed, replace=False)]))
     counts = {
         "new_rows": len(new_rows),
         "learned_rows": len(old_rows),
@@ -139,18 +138,6 @@ def rows_to_learn(
         len(old_rows),
     )
     return frame[chosen], counts
-
-
-def draw_by_class(
-    rows: np.ndarray, label_ids: np.ndarray, count: int, rng: np.random.Generator
-) -> np.ndarray:
-    """`count` of `rows` without replacement, every class as likely to be drawn as any other (a
-    row's weight is one over its class's rows; Efraimidis-Spirakis keys). A frequent class comes
-    back with new rows every period; a class with one or two rows has only the replay, and a
-    draw by row would reach it once in many periods while the encoder moves under its row."""
-    _, inverse, sizes = np.unique(label_ids[rows], return_inverse=True, return_counts=True)
-    keys = np.log(rng.random(len(rows))) * sizes[inverse]
-    return rows[np.argsort(-keys, kind="stable")[:count]]
 
 
 def learned_rows(frame: pl.DataFrame, labels: list[str], init: InitModel | None) -> pl.DataFrame:
