@@ -18,21 +18,19 @@ from conftest import LABELS, REPO, ledger_rows
 from account_tax.data.split import TRAINED_ROWS
 from account_tax.errors import DataError
 from account_tax.training.evidence import INDEX_DIR, EvidenceIndex, unit_rows
-from account_tax.training.head_init import embed_texts, text_classifier, trained_head
+from account_tax.training.head_init import trained_head
 from account_tax.training.inference import load_classifier, predict_logits
-from account_tax.training.model import build_model, load_tokenizer, prepare_for_training
+from account_tax.training.model import build_model, prepare_for_training
 from account_tax.training.model_index import DRIFT_SAMPLE, build_model_index
 from account_tax.training.settings import TrainSettings
 from account_tax.training.warm_start import (
     InitModel,
     check_label_ids,
-    classes_to_start_anew,
     copy_head_rows,
     head_state,
     load_adapter,
     read_init_model,
     rows_to_learn,
-    start_from_records,
     warm_start_settings,
 )
 
@@ -73,59 +71,6 @@ def test_label_ids_of_the_old_model_must_come_first_in_its_order(tmp_path):
     check_label_ids(init_of([]), NEW_LABELS, tmp_path / "label_map.json")
     with pytest.raises(DataError, match=r"label_map.json: its first 5 labels are not old-model's"):
         check_label_ids(init_of([]), ["meals", *LABELS], tmp_path / "label_map.json")
-
-
-def test_classes_the_old_model_never_learned_start_from_their_records_or_their_text():
-    labels = [*LABELS, "meals", "gifts"]
-    split = pl.DataFrame(
-        {"id": ["a", "b", "c", "d"], "text": ["t"] * 4, "label_id": [0, 2, 2, 5]}, schema=SCHEMA
-    )
-    # The old model knew office to unused and learned office and travel.
-    from_records, from_text = classes_to_start_anew(
-        split, labels, init_of([("x", "office"), ("y", "travel")])
-    )
-    # software (held by the old model) and meals (new) have rows now; gifts is new without any.
-    assert [labels[i] for i in np.flatnonzero(from_records)] == ["software", "meals"]
-    assert [labels[i] for i in np.flatnonzero(from_text)] == ["gifts"]
-
-
-@pytest.mark.parametrize("head", ["cosine", "linear"])
-def test_a_class_starts_from_its_prototype_and_the_others_keep_their_rows(
-    tiny_bert, tiny_settings, head
-):
-    """The row becomes the mean direction of the class's records and its text, as the model
-    embeds them; a linear head's row gets the other rows' mean norm and bias."""
-    settings = TrainSettings.of(tiny_settings(tiny_bert, head=head))
-    model = prepare_for_training(
-        build_model(tiny_bert, NEW_LABELS, head), settings.lora, gradient_checkpointing=False
-    )
-    tokenizer = load_tokenizer(tiny_bert)
-    records = [
-        "vendor: city estates | memo: desk chair | amount: 3",
-        "vendor: hilton hotel | memo: desk chair | amount: 40",
-    ]
-    split = pl.DataFrame(
-        {"id": ["m1", "m2", "o1"], "text": [*records, "vendor: staples"], "label_id": [5, 5, 0]},
-        schema=SCHEMA,
-    )
-    texts = [f"{label} account" for label in NEW_LABELS]
-    rows = trained_head(model).weight
-    before = rows.detach().clone()
-    meals = np.arange(len(NEW_LABELS)) == 5
-    start_from_records(model, tokenizer, split, texts, meals, max_length=48)
-    encoder = text_classifier(model)
-    vectors = torch.nn.functional.normalize(
-        embed_texts(encoder, tokenizer, [*records, texts[5]], 48)
-    )
-    expected = torch.nn.functional.normalize(vectors.sum(dim=0), dim=0)
-    after = rows.detach()
-    assert torch.equal(after[:5], before[:5])
-    cosine = torch.nn.functional.cosine_similarity(after[5], expected, dim=0)
-    assert cosine.item() == pytest.approx(1.0, abs=1e-5)
-    assert after[5].norm().item() == pytest.approx(before[:5].norm(dim=1).mean().item(), rel=1e-5)
-    if head == "linear":
-        bias = trained_head(model).bias.detach()
-        assert bias[5].item() == pytest.approx(bias[:5].mean().item(), abs=1e-6)
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +169,6 @@ def test_warm_start_trains_on_new_rows_and_a_replay_and_records_what_it_learned(
     assert info["head_init"]["new_rows"] == 25
     assert info["head_init"]["replayed_rows"] == 12
     assert info["head_init"]["new_classes"] == 1
-    assert info["head_init"]["classes_from_records"] == 1
     assert metrics["train_rows"] == 37 and metrics["epochs"] == 1
     learned = pl.read_parquet(tmp_path / "model" / TRAINED_ROWS)
     old_learned = pl.read_parquet(old_model / TRAINED_ROWS)

@@ -92,14 +92,12 @@ from account_tax.training.settings import RUN_ONLY_KEYS, EarlyStoppingSettings, 
 from account_tax.training.stop_signals import StopRequest, TrainingStopped, stop_after_step
 from account_tax.training.warm_start import (
     check_label_ids,
-    classes_to_start_anew,
     copy_head_rows,
     head_state,
     learned_rows,
     load_adapter,
     read_init_model,
     rows_to_learn,
-    start_from_records,
     warm_start_settings,
     write_learned_rows,
 )
@@ -550,13 +548,12 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
     model = prepare_for_training(model, settings.lora, settings.gradient_checkpointing)
     if init is not None:
         load_adapter(model, adapter, init.folder)
-        from_records, from_text = classes_to_start_anew(train_frame, labels, init)
-        texts = class_texts(label_map)
-        named = texts if any(label_map.get("names") or []) else None
-        start_from_records(model, tokenizer, train_frame, named, from_records, settings.max_length)
-        embed_classes_without_rows(model, tokenizer, texts, from_text, settings.max_length)
-        head_init["new_classes"] = len(labels) - len(init.labels)
-        head_init["classes_from_records"] = int(from_records.sum())
+        # New classes start from their text as the warm model embeds it.
+        new_classes = np.arange(len(labels)) >= len(init.labels)
+        embed_classes_without_rows(
+            model, tokenizer, class_texts(label_map), new_classes, settings.max_length
+        )
+        head_init["new_classes"] = int(new_classes.sum())
     warmup = round(settings.warmup_ratio * total_steps)
     if settings.lr_schedule == "linear":
         scheduler = partial(

@@ -1,11 +1,9 @@
 """Warm start (`train.init_from`): training begins from a model this workflow exported, not from
 the pretrained backbone alone. The old classes keep their ids and head rows, the adapter goes on
-from where it was, and the epochs run on the rows that model has not learned plus a seeded replay
-of those it has, at peak rates scaled down (`warm_start.learning_rate_factor`): the model has
-converged, and a fresh optimizer at full rates would move every weight it touches. A class the old
-model never learned starts from its prototype as the warm model embeds it (its records' mean
-direction, with its text), or from its text alone while it has no records: a few steps at a
-fraction of the rates move a row little, so where it starts is most of what it becomes."""
+from where it was, new classes start from their text as the warm model embeds it, and the epochs
+run on the rows that model has not learned plus a seeded replay of those it has, at peak rates
+scaled down (`warm_start.learning_rate_factor`): the model has converged, and a fresh optimizer at
+full rates would move every weight it touches."""
 
 from __future__ import annotations
 
@@ -17,21 +15,16 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import torch
-import torch.nn.functional as F
 from peft import PeftModel, get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file
-from transformers import PreTrainedTokenizerBase
 
 from account_tax.data.features import LABEL_MAP
-from account_tax.data.serialize import LABEL_ID, TEXT
 from account_tax.data.split import TRAINED_ROWS, read_trained_rows
 from account_tax.errors import DataError
 from account_tax.io import write_parquet
 from account_tax.storage.manifest import MANIFEST
 from account_tax.training.classifier import HEAD_WEIGHTS, TextClassifier
-from account_tax.training.head_init import embed_texts, text_classifier, trained_head, write_rows
 from account_tax.training.model import HEAD_MODULE, TRAINING_INFO
-from account_tax.training.prototypes import prototypes
 from account_tax.training.settings import TrainSettings
 
 log = logging.getLogger(__name__)
@@ -194,45 +187,3 @@ def load_adapter(model: torch.nn.Module, adapter: dict[str, torch.Tensor], folde
     result = set_peft_model_state_dict(model, {**get_peft_model_state_dict(model), **adapter})
     if result.unexpected_keys:
         raise DataError(f"{folder}: adapter weights this model lacks: {result.unexpected_keys[:5]}")
-
-
-def classes_to_start_anew(
-    frame: pl.DataFrame, labels: list[str], init: InitModel
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per label id: whether the old model never learned the class and this run has rows of it
-    (it starts from its prototype), and whether the class is new to the label map and has none
-    (it starts from its text)."""
-    never_learned = ~np.isin(labels, init.trained["label"].unique().to_list())
-    has_rows = np.bincount(frame[LABEL_ID].to_numpy(), minlength=len(labels)) > 0
-    new = np.arange(len(labels)) >= len(init.labels)
-    return never_learned & has_rows, new & ~has_rows
-
-
-@torch.no_grad()
-def start_from_records(
-    model: torch.nn.Module,
-    tokenizer: PreTrainedTokenizerBase,
-    frame: pl.DataFrame,
-    texts: list[str] | None,
-    classes: np.ndarray,
-    max_length: int,
-) -> None:
-    """The head's rows of `classes` (a boolean mask) become their prototypes as the model embeds
-    them: the mean direction of their records in `frame`, with the class text as one more record
-    where `texts` is given. A linear head's rows get the other rows' mean norm and bias."""
-    if not classes.any():
-        return
-    encoder = text_classifier(model)
-    records = frame.filter(pl.col(LABEL_ID).is_in(np.flatnonzero(classes).tolist()))
-    vectors = F.normalize(embed_texts(encoder, tokenizer, records[TEXT].to_list(), max_length))
-    text_vectors = None
-    if texts is not None:
-        text_vectors = torch.zeros(len(classes), vectors.shape[1])
-        named = [texts[i] for i in np.flatnonzero(classes)]
-        text_vectors[torch.from_numpy(classes)] = embed_texts(encoder, tokenizer, named, max_length)
-    label_ids = records[LABEL_ID].to_numpy().astype(np.int64)
-    directions, _ = prototypes(vectors, label_ids, len(classes), text_vectors)
-    head = trained_head(model)
-    rows = torch.from_numpy(classes)
-    bias = head.bias[~rows].mean() if hasattr(head, "bias") else None
-    write_rows(head, rows, directions, head.weight[~rows].norm(dim=1).mean(), bias)
