@@ -190,7 +190,7 @@ def main() -> None:
         if len(later) > 1:
             name = f"{later[0]} to {later[-1]}"
             print(comparison(name, pooled_truth, pooled_rows[-1], len(labels), args.resamples))
-    if len(pooled_rows) > 1 and later:
+    if len(pooled_rows) > 1:
         difference = chain_difference(
             pooled_truth, pooled_rows, len(labels), resamples=args.resamples
         )
