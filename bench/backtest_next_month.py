@@ -97,26 +97,20 @@ def chain_difference(
     on the same records (`truth`). Each resample draws the chains with replacement and the
     classes present with replacement, one draw of the classes for all chains (they share the
     records); the interval is the percentile interval."""
-    differences = []
-    for rows in chains:
-        first, second = (ClassTotals.of(truth, scored, num_labels) for scored in rows.values())
-        differences.append((first, second))
-    classes = len(differences[0][0].support)
+    totals = [
+        [ClassTotals.of(truth, scored, num_labels) for scored in rows.values()] for rows in chains
+    ]
+
+    def differences(draws: np.ndarray) -> np.ndarray:
+        """[chains, resamples]: each chain's first minus second macro-F1 on each draw of classes."""
+        return np.stack(
+            [f.scores(draws)["macro_f1"] - s.scores(draws)["macro_f1"] for f, s in totals]
+        )
+
+    classes = len(totals[0][0].support)
     rng = np.random.default_rng(seed)
-    class_draws = rng.integers(0, classes, size=(resamples, classes))
-    everything = np.arange(classes)[None, :]
-    point = np.mean(
-        [
-            f.scores(everything)["macro_f1"] - s.scores(everything)["macro_f1"]
-            for f, s in differences
-        ]
-    )
-    per_chain = np.stack(
-        [
-            f.scores(class_draws)["macro_f1"] - s.scores(class_draws)["macro_f1"]
-            for f, s in differences
-        ]
-    )
+    point = differences(np.arange(classes)[None, :]).mean()
+    per_chain = differences(rng.integers(0, classes, size=(resamples, classes)))
     chain_draws = rng.integers(0, len(chains), size=(resamples, len(chains)))
     means = per_chain[chain_draws, np.arange(resamples)[:, None]].mean(axis=1)
     low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
