@@ -240,13 +240,32 @@ def test_a_warm_start_trains_its_own_epochs_at_scaled_down_rates(tiny_bert, tiny
             warm_start={"epochs": 3, "learning_rate_factor": 0.1},
         )
     )
-    warm = warm_start_settings(settings)
+    many = {"new_rows": 5, "learned_rows": 100}
+    warm = warm_start_settings(settings, many)
     assert (warm.epochs, warm.learning_rate, warm.head_learning_rate) == pytest.approx(
         (3, 0.0002, 0.002)
     )
     # Without a head rate of its own the head takes the adapters' rate, scaled with it.
     no_head_rate = TrainSettings.of(tiny_settings(tiny_bert, head_learning_rate=None))
-    assert warm_start_settings(no_head_rate).head_learning_rate is None
+    assert warm_start_settings(no_head_rate, many).head_learning_rate is None
+
+
+@pytest.mark.parametrize(
+    ("new_rows", "one_epoch_below", "epochs"),
+    [(4, 0.05, 1), (5, 0.05, 3), (40, 0.05, 3), (1, 0.0, 3)],
+)
+def test_a_warm_start_with_few_new_rows_next_to_the_learned_ones_makes_one_pass(
+    tiny_bert, tiny_settings, new_rows, one_epoch_below, epochs
+):
+    """Under `one_epoch_below` times the learned rows, one epoch; from there on, `epochs`; at
+    0, always `epochs`. The rates are scaled either way."""
+    warm_start = {"epochs": 3, "learning_rate_factor": 0.1, "one_epoch_below": one_epoch_below}
+    settings = TrainSettings.of(
+        tiny_settings(tiny_bert, learning_rate=0.002, warm_start=warm_start)
+    )
+    warm = warm_start_settings(settings, {"new_rows": new_rows, "learned_rows": 100})
+    assert warm.epochs == epochs
+    assert warm.learning_rate == pytest.approx(0.0002)
 
 
 @pytest.mark.parametrize(

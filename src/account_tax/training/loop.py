@@ -451,6 +451,7 @@ def kept_accumulation(
 class TrainingRun:
     """What setup prepares for the epochs and the finish: the engine, the data, the plan."""
 
+    settings: TrainSettings  # as given, or a warm start's own (`warm_start_settings`)
     dist: Distributed
     engine: Engine
     tokenizer: PreTrainedTokenizerBase
@@ -475,7 +476,8 @@ class TrainingRun:
 
 
 def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> TrainingRun:
-    """Data, model and DeepSpeed engine, and the checkpoint to resume from, if any."""
+    """Data, model and DeepSpeed engine, the checkpoint to resume from, if any, and the settings
+    to train with: a warm start's own (`warm_start_settings`)."""
     started = time.perf_counter()
     dist = init_distributed()
     label_map = json.loads(paths.label_map.read_text(encoding="utf-8"))
@@ -498,6 +500,7 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
                 f"{paths.train}: {init.folder} has learned every row with its label; nothing new"
                 " to train on (train.init_from: none trains afresh)"
             )
+        settings = warm_start_settings(settings, warm)
     else:
         learned = learned_rows(train_frame, labels, None)
     train_split = TokenizedSplit.tokenize(train_frame, tokenizer, settings.max_length)
@@ -604,6 +607,7 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
             run_dir,
         )
     return TrainingRun(
+        settings=settings,
         dist=dist,
         engine=engine,
         tokenizer=tokenizer,
@@ -894,9 +898,8 @@ def train(
     A segment ends with a checkpoint, so the next one, a separate process (and Snakemake job),
     resumes there while the checkpoint is uploaded.
     """
-    if settings.init_from != "none":
-        settings = warm_start_settings(settings)
     run = setup(settings, paths, segment)
+    settings = run.settings
     step, stopped = run_epochs(run, settings, paths)
     if run.dist.is_main and paths.segment_marker is not None:
         write_segment_marker(

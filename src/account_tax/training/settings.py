@@ -67,6 +67,8 @@ class EarlyStoppingSettings(SectionView):
 class WarmStartSettings(SectionView):
     SECTION = "train.warm_start"
     epochs: int
+    # One epoch instead where the new rows are fewer than this share of the learned ones.
+    one_epoch_below: float
     # Old rows replayed per new row.
     replay_ratio: float
     # Both peak learning rates are multiplied by it.

@@ -73,13 +73,24 @@ def read_init_model(folder: Path, settings: TrainSettings) -> InitModel:
     return InitModel(folder, labels, read_trained_rows(folder))
 
 
-def warm_start_settings(settings: TrainSettings) -> TrainSettings:
-    """The settings a warm start trains with: its own epochs, and both peak rates scaled down."""
-    factor = settings.warm_start.learning_rate_factor
+def warm_start_settings(settings: TrainSettings, counts: dict[str, int]) -> TrainSettings:
+    """The settings a warm start trains with (`counts` from `rows_to_learn`): one epoch where
+    the new rows are few next to the learned ones (`one_epoch_below`), else its `epochs`, and
+    both peak rates scaled down."""
+    warm = settings.warm_start
+    few = counts["new_rows"] < warm.one_epoch_below * counts["learned_rows"]
+    if few:
+        log.info(
+            "warm start: %d new rows are under %g of the %d learned (one_epoch_below): one epoch",
+            counts["new_rows"],
+            warm.one_epoch_below,
+            counts["learned_rows"],
+        )
+    factor = warm.learning_rate_factor
     head_rate = settings.head_learning_rate
     return replace(
         settings,
-        epochs=settings.warm_start.epochs,
+        epochs=1 if few else warm.epochs,
         learning_rate=settings.learning_rate * factor,
         head_learning_rate=None if head_rate is None else head_rate * factor,
     )
