@@ -50,11 +50,20 @@ def data_image(apptainer):
         unavailable(str(reason), APPTAINER_INSTALL)
 
 
-def test_data_image_holds_the_data_env(apptainer, data_image):
+def test_data_image_holds_the_data_env(apptainer, data_image, tmp_path, monkeypatch):
     env = read_env(DATA_ENV)
     names = [pin.name for pin in env.pins]
+    # Python paths on the host (a cluster's modules set them), which the container inherits with
+    # the rest of the environment: a package there that would shadow the image's, and a home
+    # that is no Python's.
+    shadow = tmp_path / "host-packages"
+    for package in ("account_tax", "polars"):
+        (shadow / package).mkdir(parents=True)
+        (shadow / package / "__init__.py").write_text("raise ImportError('the host package')\n")
+    monkeypatch.setenv("PYTHONPATH", str(shadow))
+    monkeypatch.setenv("PYTHONHOME", str(tmp_path / "no-python"))
     probe = (
-        "import json, sys, importlib.metadata as m, account_tax; "
+        "import json, sys, importlib.metadata as m, account_tax, polars; "
         f"print(json.dumps([sys.version_info[:2], {{n: m.version(n) for n in {names!r}}}, "
         "account_tax.__file__]))"
     )

@@ -244,6 +244,8 @@ def test_container_definition_installs_its_env(name):
     assert "--no-deps -e /opt/account-tax" in post, "the project, without its dependencies"
     files = definition.sections["files"].split()
     assert {"pyproject.toml", "README.md", "src"} <= set(files)
+    # The host's Python paths would come before the image's packages (tests/test_apptainer.py).
+    assert "export PYTHONPATH= PYTHONHOME=" in definition.sections["environment"]
     base = definition.base_image()
     if name == "train":
         assert base.startswith("nvidia/cuda:") and "-cudnn-runtime-ubuntu22.04" in base
