@@ -1,9 +1,9 @@
 """What rules learned from the reviewed records would post in a finished backtest: the rules that
 ledger tools (hledger's and Firefly III's) have people write, taken from the ledger instead.
 
-A period's record that matches an earlier labelled record on every one of `--columns` (after the
-workflow's cleaning: the same case) gets the account of the latest such record (by the date
-column); the rest get nothing. Per period: how many records a rule matched, and how often its
+A period's record that matches an earlier labelled record on every one of `--columns` (cleaned
+as the workflow cleans them, `normalise_text`) gets the account of the latest such record (by the
+date column); the rest get nothing. Per period: how many records a rule matched, and how often its
 account was the one booked; pooled over the periods, the share right with its exact 95 %
 interval and the one-sided 95 % lower bound that the auto-post rule asks of a threshold
 (`review.confidence_level` 0.95): above `review.target_precision`, such rules could post unseen.
@@ -16,11 +16,11 @@ Example: python bench/backtest_rules.py results/backtest --variant loop --column
 import argparse
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import yaml
 from scipy.stats import binomtest
 
+from account_tax.data.clean import normalise_text
 from account_tax.evaluation.review import precision_lower_bound
 
 LABELLED = "results/features/records.parquet"
@@ -33,16 +33,17 @@ def period_rules(workdir: Path, columns: list[str]) -> dict[str, int]:
     """The period's records, those a rule matched, and those it matched with the booked account."""
     config = yaml.safe_load((workdir / "config.yaml").read_text(encoding="utf-8"))
     label, date = config["data"]["columns"]["label"], config["data"]["columns"]["date"][0]
-    cased = [pl.col(column).cast(pl.String) for column in columns]
-    if config["clean"]["case"] == "lower":
-        cased = [column.str.to_lowercase() for column in cased]
+    cleaned = [
+        normalise_text(pl.col(column).cast(pl.String), config["clean"]["case"]).alias(column)
+        for column in columns
+    ]
     rules = (
         pl.read_parquet(workdir / LABELLED)
         .sort(date, maintain_order=True)
         .group_by(columns)
         .agg(pl.col(label).last().alias(RULE_ACCOUNT))
     )
-    period = pl.read_parquet(workdir / PREDICTED).with_columns(cased)
+    period = pl.read_parquet(workdir / PREDICTED).with_columns(cleaned)
     matched = period.join(rules, on=columns, how="inner")
     return {
         "rows": period.height,
@@ -70,7 +71,7 @@ def main() -> None:
         print(f"pooled: no rule matched any of {rows} records")
         return
     low, high = binomtest(right, matched).proportion_ci(confidence_level=LEVEL, method="exact")
-    bound = float(precision_lower_bound(np.array([right]), np.array([matched]), LEVEL)[0])
+    bound = float(precision_lower_bound(right, matched, LEVEL))
     print(
         f"pooled: {matched} of {rows} records matched ({matched / rows:.1%}), {right} right "
         f"({right / matched:.1%}, exact 95 % interval [{low:.1%}, {high:.1%}]); "
