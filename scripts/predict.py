@@ -2,11 +2,12 @@
 calibrated probabilities, through the same clean, features and serialize code as training and
 the candidate evaluate chose (the fine-tuned model, the baseline or their calibrated mix,
 whichever is best on validation), with the evidence for each suggestion: its nearest training
-records, and whether it is novel (unlike any of them). Each row gets a decision, `auto` (post it)
-at or above that candidate's auto-post threshold unless novel, else `review`, and its provenance
-(candidate, model hashes, training run, S3 location of the model). Reads ingest's rows a chunk at
-a time (memory does not grow with the file); unusable rows go to the rejects file with the
-reason. `predict_gather.py` joins the shards."""
+records, whether it is novel (unlike any of them) and the ledger rule its record matches
+(review.rules). Each row gets a decision, `auto` (post it) at or above that candidate's
+auto-post threshold or where a trusted ledger rule names the suggested account, unless novel,
+else `review`, and its provenance (candidate, model hashes, training run, S3 location of the
+model). Reads ingest's rows a chunk at a time (memory does not grow with the file); unusable rows
+go to the rejects file with the reason. `predict_gather.py` joins the shards."""
 
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import torch
 
 from account_tax import cli
 from account_tax.data.spec import DataSpec
+from account_tax.evaluation.ledger_rules import LedgerRules
 from account_tax.evaluation.predict import (
     BATCH_SIZE,
     Candidate,
@@ -46,6 +48,8 @@ def main() -> None:
     parser.add_argument(
         "--onnx", type=Path, help="the exported ONNX model and its check (predict.runtime)"
     )
+    parser.add_argument("--rules", type=Path, help="the learned ledger rules (review.rules)")
+    parser.add_argument("--rules-report", type=Path, help="the ledger rules' replay")
     parser.add_argument("--predictions", type=Path, required=True, help="predictions Parquet")
     parser.add_argument("--rejects", type=Path, required=True, help="rejected rows Parquet")
     parser.add_argument("--review", type=Path, required=True, help="rows to review Parquet")
@@ -77,6 +81,7 @@ def main() -> None:
         k=options.top_k,
         evidence_k=options.evidence_k,
         chunk_rows=options.chunk_rows,
+        rules=LedgerRules.read(args.rules, args.rules_report) if args.rules else None,
     )
     paths = PredictPaths(args.predictions, args.rejects, args.review)
     predict_part(args.records, predictor, paths, args.shard, args.shards)

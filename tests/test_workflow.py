@@ -25,6 +25,7 @@ from workflow_runner import (
     snakemake_env,
 )
 
+from account_tax.evaluation.ledger_rules import LedgerRules
 from account_tax.ports import free_ports
 
 pytestmark = pytest.mark.workflow
@@ -191,6 +192,13 @@ def config_error_lines(result) -> list[str]:
             {"lora.r": [4, 0]},
             "sweep trial lora.r~0: config `train.lora.r`: 0 is less than the minimum of 1",
         ),
+        (
+            "review",
+            "rules",
+            {"columns": ["vendor", "payee"]},
+            "review.rules.columns: ['payee'] not among the data's columns other than the label"
+            " (['entry_id', 'memo', 'vendor', 'amount', 'date'])",
+        ),
     ],
 )
 def test_a_bad_config_stops_before_any_job_with_one_line(tmp_path, section, key, value, message):
@@ -299,7 +307,9 @@ def test_uploads_without_s3_stop_before_any_job(tmp_path, monkeypatch):
     assert "train" in jobs_run(planned) and "upload_model" not in jobs_run(planned)
 
 
-@pytest.mark.parametrize("stage", ["ingest", "clean", "features", "split", "serialize"])
+@pytest.mark.parametrize(
+    "stage", ["ingest", "clean", "features", "split", "serialize", "ledger_rules"]
+)
 def test_each_script_runs_on_its_own(stage):
     result = subprocess.run(
         [sys.executable, str(REPO / "scripts" / f"{stage}.py"), "--help"],
@@ -568,3 +578,45 @@ def test_corrections_relabel_records_before_features_and_are_tracked(tmp_path):
     planned = jobs_run(snakemake(tmp_path, "-n", *SERIALIZED, config=config))
     assert planned.get("ingest", 0) == planned.get("clean", 0) == 0
     assert planned["correct"] == planned["features"] == 1
+
+
+def test_ledger_rules_are_learned_replayed_and_tracked_and_predict_reads_them(tmp_path):
+    """review.rules.columns adds the ledger_rules stage: a vendor booked to one account on 30
+    dates makes a rule that the replay finds right 28 times in 28 (from its third date on),
+    trusted at a target below their lower bound; a vendor booked to two accounts makes none.
+    Its figures reach the MLflow run, and predict takes the rules as its input."""
+    rows = []
+    for n in range(60):
+        vendor, account = (
+            ("Acme GmbH", "4930") if n % 2 else ("Globex", "1800" if n % 4 else "4210")
+        )
+        rows.append(ledger_row(n, date=f"2024-03-{1 + n // 2:02d}", vendor=vendor, account=account))
+    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(tmp_path / "ledger.csv")
+    config = ledger_config(tmp_path / "ledger.csv")
+    config["review"] = {"target_precision": 0.85, "rules": {"columns": ["vendor"]}}
+
+    snakemake(tmp_path, "results/ledger_rules/report.json", config=config)
+
+    rules = pl.read_parquet(tmp_path / "results/ledger_rules/rules.parquet")
+    assert rules.to_dicts() == [
+        {"vendor": "acme gmbh", "rule_account": "4930", "rule_bookings": 30}
+    ]
+    report = json.loads((tmp_path / "results/ledger_rules/report.json").read_text())
+    assert (report["matched"], report["right"], report["trusted"]) == (28, 28, True)
+    assert report["lower_bound"] == pytest.approx(0.05 ** (1 / 28))
+    run = json.loads((tmp_path / "results/tracking/run.json").read_text())
+    metrics = MlflowClient(tracking_uri=run["tracking_uri"]).get_run(run["run_id"]).data.metrics
+    assert metrics["ledger_rules/replay_right"] == 28
+    assert metrics["ledger_rules/trusted"] == 1.0
+    read = LedgerRules.read(
+        tmp_path / "results/ledger_rules/rules.parquet",
+        tmp_path / "results/ledger_rules/report.json",
+    )
+    assert read.trusted and read.columns == ["vendor"]
+    matched = read.matched(pl.LazyFrame({"vendor": ["globex", "acme gmbh"]})).collect()
+    assert matched["rule_account"].to_list() == [None, "4930"]
+    config["predict"] = {"inputs": {"new": str(tmp_path / "ledger.csv")}}
+    planned = snakemake(tmp_path, "-n", "--printshellcmds", config=config).stdout
+    shard = next(line for line in planned.splitlines() if "scripts/predict.py" in line)
+    assert "--rules results/ledger_rules/rules.parquet" in shard
+    assert "--rules-report results/ledger_rules/report.json" in shard

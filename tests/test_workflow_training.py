@@ -28,6 +28,7 @@ from workflow_runner import REPO, SECRETS, VENV_BIN, jobs_run, snakemake
 
 from account_tax.data.spec import DataSpec
 from account_tax.evaluation.evidence import EVIDENCE_COLUMNS
+from account_tax.evaluation.ledger_rules import RULE_ACCOUNT, RULE_BOOKINGS, LedgerRules
 from account_tax.evaluation.predict import (
     PART_FILES,
     PROVENANCE_COLUMNS,
@@ -462,6 +463,72 @@ def test_records_unlike_any_training_record_are_novel_and_go_to_review(trained, 
             pl.col("text").str.starts_with("memo: office supplies no #")
         )["id"]
     )
+
+
+def test_a_trusted_ledger_rule_posts_the_suggestion_it_confirms(trained, tmp_path):
+    """With no threshold every suggestion goes to review; with trusted ledger rules a record
+    whose rule names the suggested account is posted, one whose rule names another is not, and
+    untrusted rules post nothing. Every record shows its rule, matched as cleaning leaves the
+    record (case folded, digits kept)."""
+    workdir, config, *_ = trained
+    source = tmp_path / "new.csv"
+    rows = [
+        ledger_row(600, memo="Office supplies no 7"),
+        ledger_row(601, memo="Rent no 8"),
+        ledger_row(602, memo="Sales revenue no 9"),
+    ]
+    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(source)
+    shipped = dataclasses.replace(
+        read_shipped(workdir / "results/evaluate/metrics.json"), threshold=None
+    )
+    settings = complete(config)
+    candidate = Candidate(
+        workdir / "results/train/segment-2/model",
+        workdir / "results/baseline/model.joblib",
+        shipped,
+        baseline_evidence=workdir / "results/baseline/evidence",
+    )
+
+    def predict(rules: LedgerRules | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+        paths = PredictPaths(*(tmp_path / f"{name}.parquet" for name in PART_FILES))
+        predictor = Predictor(
+            DataSpec.from_config(settings),
+            settings,
+            candidate,
+            Provenance(shipped.candidate, "sha", None, None, None),
+            k=3,
+            evidence_k=3,
+            chunk_rows=2,
+            rules=rules,
+        )
+        predict_records(source, predictor, paths)
+        return pl.read_parquet(paths.predictions), pl.read_parquet(paths.review)
+
+    alone, review = predict(None)
+    assert (alone["decision"] == "review").all() and review.height == 3
+    assert alone["rule_account"].is_null().all() and alone["rule_bookings"].is_null().all()
+    suggested = dict(zip(alone["id"], alone["predicted_label"], strict=True))
+    other = next(label for label in ("4930", "4210", "4400") if label != suggested["E00601"])
+    rules = pl.DataFrame(
+        {
+            "memo": ["office supplies no 7", "rent no 8", "office supplies no 9"],
+            RULE_ACCOUNT: [suggested["E00600"], other, suggested["E00602"]],
+            RULE_BOOKINGS: [4, 2, 5],
+        }
+    )
+    confirmed, review = predict(LedgerRules(rules, trusted=True))
+    assert confirmed["decision"].to_list() == ["auto", "review", "review"]
+    assert confirmed["rule_account"].to_list() == [suggested["E00600"], other, None]
+    assert confirmed["rule_bookings"].to_list() == [4, 2, None]
+    assert review["id"].sort().to_list() == ["E00601", "E00602"]
+    assert review["rule_account"].sort().to_list() == [None, other]
+    # The rest of each row is what the model said alone.
+    assert confirmed.drop("decision", "rule_account", "rule_bookings").equals(
+        alone.drop("decision", "rule_account", "rule_bookings")
+    )
+    shown, review = predict(LedgerRules(rules, trusted=False))
+    assert (shown["decision"] == "review").all() and review.height == 3
+    assert shown["rule_account"].to_list() == confirmed["rule_account"].to_list()
 
 
 def test_every_prediction_leads_back_to_its_training_run(trained):

@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import account_tax.code_hash
+import account_tax.evaluation.ledger_rules
 import account_tax.training.sweep
 
 from snakemake.exceptions import WorkflowError
@@ -43,7 +44,10 @@ def workflow_file(path):
 # The chart of accounts (data.classes) is read with it, so that its errors come before any job.
 try:
     config.update(complete(config, whole=True))
-    DataSpec.from_config(config)
+    account_tax.evaluation.ledger_rules.rule_columns(
+        DataSpec.from_config(config),
+        account_tax.evaluation.ledger_rules.RuleSettings.of(config["review"]["rules"]),
+    )
     config["train"]["deepspeed_config"] = workflow_file(
         config["train"]["deepspeed_config"]
     )
@@ -316,8 +320,9 @@ def predict_shards(name):
 
 
 def predict_inputs(wildcards):
-    """New records as ingest wrote them, both models, evaluate's choice of candidate and threshold, and the model's
-    upload receipt where uploads are on (every prediction names where the model is stored).
+    """New records as ingest wrote them, both models, evaluate's choice of candidate and threshold, the model's
+    upload receipt where uploads are on (every prediction names where the model is stored), and
+    the ledger rules where review.rules names columns.
     """
     inputs = {
         "records": f"results/predict/{wildcards.name}/records.parquet",
@@ -330,6 +335,9 @@ def predict_inputs(wildcards):
         inputs["model_receipt"] = "results/upload/model.json"
     if config["predict"]["runtime"] != "torch":
         inputs["onnx"] = "results/export_onnx"
+    if config["review"]["rules"]["columns"]:
+        inputs["rules"] = "results/ledger_rules/rules.parquet"
+        inputs["rules_report"] = "results/ledger_rules/report.json"
     return inputs
 
 

@@ -131,6 +131,35 @@ rule export_onnx:
         " {params.paths} --threads {threads} --tracking {params.tracking} > {log} 2>&1"
 
 
+rule ledger_rules:
+    input:
+        input=labelled_records(),
+    output:
+        rules="results/ledger_rules/rules.parquet",
+        report="results/ledger_rules/report.json",
+    log:
+        "logs/ledger_rules.log",
+    conda:
+        "../../envs/train.yaml"
+    container:
+        "containers/train.sif"
+    threads: 1
+    params:
+        script=script("ledger_rules"),
+        code=code_sha256("ledger_rules"),
+        tracking=RUN_FILE,
+        settings=settings(
+            "data",
+            "review.target_precision",
+            "review.confidence_level",
+            "review.rules",
+        ),
+        paths=path_options(),
+    shell:
+        "POLARS_MAX_THREADS={threads} python {params.script} --settings {params.settings:q}"
+        " {params.paths} --tracking {params.tracking} > {log} 2>&1"
+
+
 rule predict_ingest:
     input:
         input=lambda wildcards: config["predict"]["inputs"][wildcards.name],

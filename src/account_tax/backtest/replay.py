@@ -53,6 +53,7 @@ COLUMNS = (
     "auto_rows",
     "auto_share",
     "posted_precision",
+    "rule_auto_rows",
     "hindsight_auto_share",
     "review_rows",
     "novel_rows",
@@ -320,10 +321,10 @@ def score_period(
     spent: Spent,
 ) -> dict[str, Any]:
     """The period's figures: every record predicted, posted or left to review (checked), the
-    share posted and how often a posted account was right, the novel records and those the
-    novelty rule kept from being posted (and how many of them the model had right), the
-    accounts new this period and the wrong posts of their records, and the share the best
-    threshold in hindsight would have posted."""
+    share posted and how often a posted account was right, the posts a ledger rule made, the
+    novel records and those the novelty rule kept from being posted (and how many of them the
+    model had right), the accounts new this period and the wrong posts of their records, and the
+    share the best threshold in hindsight would have posted."""
     if predictions.height != records.height:
         raise DataError(
             f"{workdir}: {records.height} records in the period, {predictions.height} predicted"
@@ -332,6 +333,10 @@ def score_period(
     auto = predictions.filter(pl.col(DECISION) == AUTO)
     review = predictions.height - auto.height
     right = auto.filter(pl.col(PREDICTED_LABEL) == pl.col(spec.label)).height
+    # Posted below the threshold: a trusted ledger rule confirmed them.
+    by_rule = auto.filter(
+        pl.col(AUTO_THRESHOLD).is_null() | (pl.col(CONFIDENCE) < pl.col(AUTO_THRESHOLD))
+    ).height
     # What the novelty rule held back: the novel records that the threshold alone would post.
     held = predictions.filter(pl.col(NOVEL) & (pl.col(CONFIDENCE) >= pl.col(AUTO_THRESHOLD)))
     held_right = held.filter(pl.col(PREDICTED_LABEL) == pl.col(spec.label)).height
@@ -345,6 +350,7 @@ def score_period(
         "auto_rows": auto.height,
         "auto_share": auto.height / predictions.height,
         "posted_precision": right / auto.height if auto.height else None,
+        "rule_auto_rows": by_rule,
         "hindsight_auto_share": hindsight_auto_share(
             predictions, spec.label, evaluation["review"]["target_precision"]
         ),

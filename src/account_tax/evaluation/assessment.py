@@ -20,6 +20,7 @@ import numpy as np
 
 from account_tax.evaluation.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
 from account_tax.evaluation.calibration import calibration_metrics, reliability_bins
+from account_tax.evaluation.ledger_rules import RuleSettings
 from account_tax.evaluation.metrics import TOP_K, TOP_K_ACCURACY, classification_metrics, top_k
 from account_tax.evaluation.review import (
     TrackRecord,
@@ -50,6 +51,7 @@ class ReviewSettings(SectionView):
     target_precision: float
     confidence_level: float
     novelty_quantile: float
+    rules: RuleSettings
 
 
 @dataclass(frozen=True)

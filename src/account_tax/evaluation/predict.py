@@ -41,6 +41,7 @@ from account_tax.evaluation.evidence import (
     evidence_columns,
     weighing_ngrams,
 )
+from account_tax.evaluation.ledger_rules import NO_RULE, RULE_ACCOUNT, RULE_COLUMNS, LedgerRules
 from account_tax.evaluation.review import DECISION, REVIEW, decisions
 from account_tax.evaluation.shipped import ShippedCandidate, read_shipped
 from account_tax.evaluation.tables import (
@@ -74,6 +75,7 @@ PREDICTION_COLUMNS = (
     TOP_K_LABELS,
     TOP_K_PROBABILITIES,
     *EVIDENCE_COLUMNS,
+    *RULE_COLUMNS,
 )
 PROVENANCE_COLUMNS = (CANDIDATE, MODEL_SHA256, BASELINE_SHA256, TRAINING_RUN_ID, MODEL_S3_URI)
 """The columns of `Provenance`'s fields, in their order."""
@@ -258,8 +260,10 @@ def scored_columns(
 class Predictor:
     """Ingest's rows in, a chunk at a time, and their predictions and rejects out: clean,
     features and serialize as in training, then the candidate's top-k, the evidence, the
-    decision and the provenance. Row by row, so the file path (`predict_records`, each shard of
-    the rule) and the served model give the same answers for the same chunks."""
+    ledger rule each record matches (with `rules`), the decision and the provenance. Row by
+    row, so the file path (`predict_records`, each shard of the rule) and the served model give
+    the same answers for the same chunks; the served model learns no rules, as they are the
+    ledger's, not the model's."""
 
     def __init__(
         self,
@@ -271,6 +275,7 @@ class Predictor:
         k: int,
         evidence_k: int,
         chunk_rows: int,
+        rules: LedgerRules | None = None,
     ) -> None:
         # Labels are optional here, and one outside the training classes is no reason to reject.
         self.spec = dataclasses.replace(spec, classes=None)
@@ -279,13 +284,15 @@ class Predictor:
         self.serialize = SerializeSettings.of(config["serialize"])
         self.candidate, self.provenance = candidate, provenance
         self.k, self.evidence_k, self.chunk_rows = k, evidence_k, chunk_rows
+        self.rules = rules
 
     def serialized(
         self, records: pl.DataFrame, source_file: str
     ) -> tuple[pl.DataFrame, pl.DataFrame]:
         """`records`' usable rows as `source_row`, `id`, `text`, the label (null when the
-        records have none) and their own columns as read (`record_columns`), in their order;
-        and the rejected rows (see `usable_and_rejected`; they name `source_file`)."""
+        records have none), their own columns as read (`record_columns`) and the ledger rule
+        each one matches (null without rules), in their order; and the rejected rows (see
+        `usable_and_rejected`; they name `source_file`)."""
         usable, rejected = usable_and_rejected(
             records.lazy(), self.spec, self.case, False, source_file, {}
         )
@@ -300,6 +307,12 @@ class Predictor:
             SOURCE_ROW, *(pl.col(c).cast(pl.String) for c in record_columns(self.spec))
         )
         rows = serialized.join(as_read, on=SOURCE_ROW, how="left", maintain_order="left")
+        if self.rules is None:
+            rows = rows.with_columns(NO_RULE)
+        else:
+            # Matched as cleaning leaves the records, as the rules were learned: before features
+            # (mask_digits rewrites a text column in place).
+            rows = pl.concat([rows, self.rules.matched(usable)], how="horizontal")
         return rows.collect(), rejected.collect()
 
     def predict(self, records: pl.DataFrame, source_file: str) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -311,9 +324,17 @@ class Predictor:
         # row against the threshold always agrees with it.
         confidence = next(column for column in predicted if column.name == CONFIDENCE).to_numpy()
         novel = next(column for column in predicted if column.name == NOVEL).to_numpy()
+        suggested = next(column for column in predicted if column.name == PREDICTED_LABEL)
+        confirmed = (
+            self.rules is not None
+            and self.rules.trusted
+            and (rows[RULE_ACCOUNT] == suggested).fill_null(False).to_numpy()
+        )
         predictions = rows.with_columns(
             *(column for column in predicted if column.name in PREDICTION_COLUMNS),
-            pl.Series(DECISION, decisions(confidence, threshold, novel), dtype=pl.String),
+            pl.Series(
+                DECISION, decisions(confidence, threshold, novel, confirmed), dtype=pl.String
+            ),
             pl.lit(threshold, dtype=pl.Float64).alias(AUTO_THRESHOLD),
             *(
                 pl.lit(value, dtype=pl.String).alias(column)

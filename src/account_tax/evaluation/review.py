@@ -132,11 +132,17 @@ def highest_supported_target(
 
 
 def decisions(
-    confidence: np.ndarray, threshold: float | None, novel: np.ndarray | None = None
+    confidence: np.ndarray,
+    threshold: float | None,
+    novel: np.ndarray | None = None,
+    confirmed: np.ndarray | None = None,
 ) -> np.ndarray:
-    """`auto` where the confidence reaches the threshold and the record is not novel (unlike
-    any training record: see `evidence.novelty_threshold`), `review` elsewhere."""
+    """`auto` where the confidence reaches the threshold, or a trusted ledger rule `confirmed`
+    the suggestion (see `ledger_rules`), and the record is not novel (unlike any training
+    record: see `evidence.novelty_threshold`); `review` elsewhere."""
     posted = np.zeros(len(confidence), dtype=bool) if threshold is None else confidence >= threshold
+    if confirmed is not None:
+        posted |= np.asarray(confirmed, dtype=bool)
     if novel is not None:
         posted &= ~np.asarray(novel, dtype=bool)
     return np.where(posted, AUTO, REVIEW)
