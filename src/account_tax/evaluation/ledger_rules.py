@@ -87,13 +87,9 @@ def replayed(
         .with_columns((pl.col("bookings").cum_sum() - pl.col("bookings")).over(columns))
     )
     first_dates = dated.group_by([*columns, label]).agg(pl.col(date).min().alias("first"))
-    per_key = (
-        first_dates.sort("first")
-        .group_by(columns)
-        .agg(
-            pl.col(label).first().alias(RULE_ACCOUNT),
-            pl.col("first").slice(1, 1).first().alias("second_account_from"),
-        )
+    per_key = first_dates.group_by(columns).agg(
+        pl.col(label).sort_by("first").first().alias(RULE_ACCOUNT),
+        pl.col("first").sort().slice(1, 1).first().alias("second_account_from"),
     )
     matched = (
         dated.join(earlier, on=[*columns, date])

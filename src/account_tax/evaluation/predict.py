@@ -325,11 +325,9 @@ class Predictor:
         confidence = next(column for column in predicted if column.name == CONFIDENCE).to_numpy()
         novel = next(column for column in predicted if column.name == NOVEL).to_numpy()
         suggested = next(column for column in predicted if column.name == PREDICTED_LABEL)
-        confirmed = (
-            self.rules is not None
-            and self.rules.trusted
-            and (rows[RULE_ACCOUNT] == suggested).fill_null(False).to_numpy()
-        )
+        confirmed = None
+        if self.rules is not None and self.rules.trusted:
+            confirmed = (rows[RULE_ACCOUNT] == suggested).fill_null(False).to_numpy()
         predictions = rows.with_columns(
             *(column for column in predicted if column.name in PREDICTION_COLUMNS),
             pl.Series(
