@@ -34,7 +34,6 @@ def main() -> None:
     rules = learn_rules(records, columns, spec.label, settings.min_bookings)
     replay = report(
         records,
-        columns,
         spec.label,
         spec.date[0],
         settings,

@@ -107,14 +107,14 @@ def test_rules_are_trusted_only_when_the_replays_lower_bound_reaches_the_target(
     settings = RuleSettings.of({"columns": ["vendor"]})
     # acme: 30 dates of one account; from the third date on each record is matched and right.
     ledger = records([("acme", d, "4930") for d in range(30)])
-    trusted = report(ledger, ["vendor"], "account", "date", settings, 0.9, 0.95)
+    trusted = report(ledger, "account", "date", settings, 0.9, 0.95)
     assert (trusted["matched"], trusted["right"]) == (28, 28)
     # 28 of 28 right: the one-sided 95 % lower bound is 0.05 ** (1 / 28) = 0.899.
     assert trusted["lower_bound"] == pytest.approx(0.05 ** (1 / 28))
     assert not trusted["trusted"]
-    assert report(ledger, ["vendor"], "account", "date", settings, 0.89, 0.95)["trusted"]
+    assert report(ledger, "account", "date", settings, 0.89, 0.95)["trusted"]
     one = records([("acme", 0, "4930")])
-    empty = report(one, ["vendor"], "account", "date", settings, 0.5, 0.5)
+    empty = report(one, "account", "date", settings, 0.5, 0.5)
     assert (empty["matched"], empty["precision"], empty["trusted"]) == (0, None, False)
 
 

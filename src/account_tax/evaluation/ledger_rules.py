@@ -113,7 +113,6 @@ def replayed(
 
 def report(
     records: pl.LazyFrame,
-    columns: list[str],
     label: str,
     date: str,
     settings: RuleSettings,
@@ -121,6 +120,7 @@ def report(
     confidence_level: float,
 ) -> dict[str, Any]:
     """What the replay shows of the rules, and whether they are trusted."""
+    columns = list(settings.columns)
     counts = replayed(records, columns, label, date, settings.min_bookings)
     bound = float(precision_lower_bound(counts["right"], counts["matched"], confidence_level))
     return {
