@@ -31,8 +31,8 @@ from account_tax.data.serialize import TEXT, read_labels
 from account_tax.evaluation.bootstrap import ClassTotals, ScoredRows, paired_bootstrap
 from account_tax.evaluation.metrics import TOP_K
 from account_tax.training.inference import load_classifier, score_texts
-from account_tax.training.model import read_training_info
 from account_tax.training.temperature import softmax
+from account_tax.training.training_info import read_training_info
 
 
 def scored(model_dir: Path, texts: list[str], truth: np.ndarray, labels: list[str]) -> ScoredRows:

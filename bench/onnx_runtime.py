@@ -38,8 +38,8 @@ def worker(spec: dict) -> dict:
 
     from account_tax.notebook import stage_folder
     from account_tax.training.inference import load_classifier, score_texts
-    from account_tax.training.model import read_training_info
     from account_tax.training.onnx_model import OnnxScorer
+    from account_tax.training.training_info import read_training_info
 
     torch.set_num_threads(spec["threads"])
     model_dir = stage_folder("train", Path(spec["workdir"])) / "model"

@@ -84,10 +84,10 @@ def run_ours(spec: dict[str, Any], scratch: Path, evidence: bool = True) -> dict
     from account_tax.evaluation.predict import (
         Candidate,
         Predictor,
-        PredictPaths,
         Provenance,
         predict_records,
     )
+    from account_tax.evaluation.prediction_parts import PredictPaths
     from account_tax.evaluation.shipped import read_shipped
     from account_tax.notebook import stage_folder
 
@@ -153,7 +153,7 @@ def run_pipeline(spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
     from account_tax.evaluation.predict import Predictor
     from account_tax.notebook import stage_folder
     from account_tax.training.inference import load_classifier
-    from account_tax.training.model import read_training_info
+    from account_tax.training.training_info import read_training_info
 
     work = Path(spec["workdir"])
     settings = config(Path(spec["config"]))

@@ -69,7 +69,7 @@ def write_rows(records: Path, data: dict[str, Any], rows: int, out: Path) -> Non
 
 
 def part_paths(folder: Path) -> Any:
-    from account_tax.evaluation.predict import PART_FILES, PredictPaths
+    from account_tax.evaluation.prediction_parts import PART_FILES, PredictPaths
 
     return PredictPaths(*(folder / f"{name}.parquet" for name in PART_FILES))
 
@@ -122,13 +122,13 @@ def run_job(job: str, spec: dict[str, Any]) -> dict[str, Any]:
         predict_part(records, predictor, part_paths(scratch / "shard"), chunks - 2, chunks)
         rows = options.chunk_rows
     else:
-        from account_tax.evaluation.predict import PredictSettings, gather_parts
+        from account_tax.evaluation.prediction_parts import gather_parts
 
         counts = gather_parts(
             [part_paths(scratch / "whole")],
             records,
             part_paths(scratch / "gathered"),
-            PredictSettings.of(settings["predict"]).chunk_rows,
+            settings["predict"]["chunk_rows"],
         )
         rows = counts["predicted"] + counts["rejected"]
     return {
@@ -142,7 +142,7 @@ def repeat_part(scratch: Path, rows: int) -> int:
     """A part of `rows` rows, as a one-shard run writes it: the shard's chunk repeated, a chunk
     (a row group) at a time, each copy with the source rows of its place in the input; return
     its rows to review."""
-    from account_tax.evaluation.predict import PartWriter
+    from account_tax.evaluation.prediction_parts import PartWriter
 
     shard, whole = part_paths(scratch / "shard"), part_paths(scratch / "whole")
     frames = [pl.read_parquet(path) for path in (shard.predictions, shard.rejects, shard.review)]

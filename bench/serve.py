@@ -114,10 +114,10 @@ def batch_reference(workdir: Path, rows: pl.DataFrame) -> dict[str, Any]:
     from account_tax.evaluation.predict import (
         Candidate,
         Predictor,
-        PredictPaths,
         Provenance,
         predict_records,
     )
+    from account_tax.evaluation.prediction_parts import PredictPaths
     from account_tax.evaluation.shipped import read_shipped
     from account_tax.notebook import stage_folder
     from account_tax.settings import complete

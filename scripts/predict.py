@@ -20,11 +20,11 @@ from account_tax.evaluation.predict import (
     BATCH_SIZE,
     Candidate,
     Predictor,
-    PredictPaths,
     PredictSettings,
     load_shipped,
     predict_part,
 )
+from account_tax.evaluation.prediction_parts import PredictPaths
 from account_tax.evaluation.runtime_check import checked_onnx_model
 
 

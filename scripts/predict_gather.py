@@ -6,9 +6,9 @@ counts."""
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.evaluation.predict import PredictPaths, gather_parts
+from account_tax.evaluation.prediction_parts import PredictPaths, gather_parts
 from account_tax.evaluation.shipped import read_shipped
-from account_tax.training.model import read_training_info
+from account_tax.training.training_info import read_training_info
 from account_tax.workflow_run import log_stage
 
 

@@ -1,6 +1,5 @@
 import json
 import runpy
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -358,20 +357,3 @@ def test_script_help_lists_its_options(monkeypatch, capsys):
     out = capsys.readouterr().out
     for option in ("--train", "--validation", "--test", "--label-map", "--model-output"):
         assert option in out
-
-
-def test_the_baseline_does_not_load_the_fine_tuned_models_libraries():
-    # It reads and searches a TF-IDF evidence index; peft and transformers cost seconds to load
-    # in every baseline job (each backtest period runs one).
-    script = REPO / "scripts" / "baseline.py"
-    code = f"""
-import runpy, sys
-sys.argv = ["baseline.py", "--help"]
-try:
-    runpy.run_path({str(script)!r}, run_name="__main__")
-except SystemExit:
-    pass
-print(sorted(name for name in ("peft", "transformers", "deepspeed") if name in sys.modules))
-"""
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert run.stdout.strip().splitlines()[-1] == "[]"

@@ -5,7 +5,11 @@ evaluation code never changes what training runs (its code hash, and with it a c
 fingerprint and the train rule's re-run trigger)."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import account_tax
 from account_tax.code_hash import imported_package_files
@@ -86,3 +90,28 @@ def test_training_code_reaches_no_evaluation_module():
         assert not [f for f in reached if f.is_relative_to(PACKAGE / "evaluation")], path
     evaluate = imported_package_files(scripts / "evaluate.py")
     assert PACKAGE / "evaluation" / "metrics.py" in evaluate
+
+
+@pytest.mark.parametrize(
+    ("script", "not_loaded"),
+    [
+        # It reads and searches a TF-IDF evidence index; peft and transformers cost seconds to
+        # load in every baseline job (each backtest period runs one).
+        ("baseline", ("peft", "transformers", "deepspeed")),
+        # It only puts the shards' files together: every prediction runs it.
+        ("predict_gather", ("torch", "peft", "transformers", "deepspeed")),
+    ],
+)
+def test_a_job_that_runs_no_model_loads_no_model_library(script, not_loaded):
+    path = PACKAGE.parents[1] / "scripts" / f"{script}.py"
+    code = f"""
+import runpy, sys
+sys.argv = [{path.name!r}, "--help"]
+try:
+    runpy.run_path({str(path)!r}, run_name="__main__")
+except SystemExit:
+    pass
+print(sorted(name for name in {not_loaded!r} if name in sys.modules))
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip().splitlines()[-1] == "[]"

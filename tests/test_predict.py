@@ -7,7 +7,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from account_tax.evaluation.predict import PartWriter, chunk_range, write_least_confident_first
+from account_tax.evaluation.prediction_parts import (
+    PartWriter,
+    chunk_range,
+    write_least_confident_first,
+)
 from account_tax.evaluation.runtime_check import checked_onnx_model
 
 

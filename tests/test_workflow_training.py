@@ -30,15 +30,14 @@ from account_tax.data.spec import DataSpec
 from account_tax.evaluation.evidence import EVIDENCE_COLUMNS
 from account_tax.evaluation.ledger_rules import RULE_ACCOUNT, RULE_BOOKINGS, LedgerRules
 from account_tax.evaluation.predict import (
-    PART_FILES,
     PROVENANCE_COLUMNS,
     Candidate,
     Predictor,
-    PredictPaths,
     PredictSettings,
     Provenance,
     predict_records,
 )
+from account_tax.evaluation.prediction_parts import PART_FILES, PredictPaths
 from account_tax.evaluation.runtime_check import check_runtime, checked_onnx_model
 from account_tax.evaluation.shipped import read_shipped
 from account_tax.io import sha256_file

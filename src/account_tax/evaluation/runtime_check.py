@@ -18,9 +18,9 @@ from account_tax.evaluation.calibration import calibration_metrics
 from account_tax.evaluation.predict import PredictSettings
 from account_tax.training.evidence import unit_rows
 from account_tax.training.inference import load_classifier, model_temperature, score_texts
-from account_tax.training.model import read_training_info
 from account_tax.training.onnx_model import ONNX_MODEL, OnnxScorer
 from account_tax.training.temperature import softmax
+from account_tax.training.training_info import read_training_info
 
 log = logging.getLogger(__name__)
 

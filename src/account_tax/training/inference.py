@@ -26,14 +26,10 @@ from account_tax.training.classifier import (
     save_full_classifier,
 )
 from account_tax.training.head_init import embed_classes_without_rows
-from account_tax.training.model import (
-    TRAINING_INFO,
-    load_tokenizer,
-    read_training_info,
-    resolve_model_dir,
-)
+from account_tax.training.model import load_tokenizer, resolve_model_dir
 from account_tax.training.precision import inference_dtype
 from account_tax.training.temperature import fit_temperature, negative_log_likelihood, softmax
+from account_tax.training.training_info import TRAINING_INFO, read_training_info
 
 log = logging.getLogger(__name__)
 

@@ -78,7 +78,6 @@ from account_tax.training.inference import (
 )
 from account_tax.training.loss import class_weights, forward_loss, label_counts
 from account_tax.training.model import (
-    TRAINING_INFO,
     build_model,
     is_head_parameter,
     load_tokenizer,
@@ -90,6 +89,7 @@ from account_tax.training.precision import resolve_precision
 from account_tax.training.prototypes import choose_final_head
 from account_tax.training.settings import RUN_ONLY_KEYS, EarlyStoppingSettings, TrainSettings
 from account_tax.training.stop_signals import StopRequest, TrainingStopped, stop_after_step
+from account_tax.training.training_info import TRAINING_INFO
 from account_tax.training.warm_start import (
     check_label_ids,
     copy_head_rows,

@@ -4,12 +4,10 @@ train: its tokenizer, the backbone with a new head, adapters."""
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel, TaskType, get_peft_model
@@ -23,13 +21,6 @@ from account_tax.training.settings import LoraSettings
 log = logging.getLogger(__name__)
 
 GGUF_SUFFIX = ".gguf"
-TRAINING_INFO = "training_info.json"
-"""Beside the trained weights: the base model it was trained from, and the settings."""
-
-
-def read_training_info(model_dir: Path) -> dict[str, Any]:
-    """A trained model folder's training_info.json."""
-    return json.loads((Path(model_dir) / TRAINING_INFO).read_text(encoding="utf-8"))
 
 
 def resolve_model_dir(spec: str) -> Path:

@@ -28,7 +28,7 @@ from account_tax.training.evidence import (
     unit_rows,
 )
 from account_tax.training.inference import load_classifier, score_texts
-from account_tax.training.model import read_training_info
+from account_tax.training.training_info import read_training_info
 
 log = logging.getLogger(__name__)
 

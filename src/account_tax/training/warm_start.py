@@ -24,8 +24,9 @@ from account_tax.errors import DataError
 from account_tax.io import write_parquet
 from account_tax.storage.manifest import MANIFEST
 from account_tax.training.classifier import HEAD_WEIGHTS, TextClassifier
-from account_tax.training.model import HEAD_MODULE, TRAINING_INFO
+from account_tax.training.model import HEAD_MODULE
 from account_tax.training.settings import TrainSettings
+from account_tax.training.training_info import TRAINING_INFO, read_training_info
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def read_init_model(folder: Path, settings: TrainSettings) -> InitModel:
         raise DataError(
             f"{folder}: not a model this workflow exported (train.init_from): no {missing}"
         )
-    info = json.loads((folder / TRAINING_INFO).read_text(encoding="utf-8"))
+    info = read_training_info(folder)
     was = info["settings"]
     differs = [f"train.{key}" for key in SAME_SETTINGS if was[key] != getattr(settings, key)]
     now_lora = settings.lora.to_dict()
