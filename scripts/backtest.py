@@ -4,7 +4,8 @@ account_tax.backtest.replay); one row of figures per period."""
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.backtest.replay import BacktestSettings, dated_records, replay
+from account_tax.backtest.periods import BacktestSettings, dated_records
+from account_tax.backtest.replay import replay
 from account_tax.data.spec import DataSpec
 from account_tax.workflow_run import log_stage
 

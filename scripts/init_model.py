@@ -4,7 +4,7 @@
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.tracking.registry import RegisterSettings, fetch_champion_model
+from account_tax.tracking.champion import RegisterSettings, fetch_champion_model
 from account_tax.workflow_run import log_stage
 
 

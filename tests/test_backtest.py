@@ -17,12 +17,14 @@ from sample_ledger import LEDGER_COLUMNS, ledger_config, ledger_row
 from tiny_models import build_tiny_bert
 from workflow_runner import jobs_run, snakemake
 
-from account_tax.backtest.replay import (
+from account_tax.backtest.periods import (
     BacktestSettings,
     dated_records,
-    hindsight_auto_share,
     period_labels,
     replayed_periods,
+)
+from account_tax.backtest.replay import (
+    hindsight_auto_share,
     run_workflow,
     wrong_posts_of_new_accounts,
 )

@@ -2,7 +2,8 @@
 shared helpers at the top, training uses data and storage, evaluation uses training, tracking
 uses everything, and so does the backtest, which replays the whole workflow. So editing
 evaluation code never changes what training runs (its code hash, and with it a checkpoint's
-fingerprint and the train rule's re-run trigger)."""
+fingerprint and the train rule's re-run trigger). And a job that runs no model loads no model
+library: each would pay seconds to import torch, PEFT and transformers for nothing."""
 
 import ast
 import subprocess
@@ -100,6 +101,10 @@ def test_training_code_reaches_no_evaluation_module():
         ("baseline", ("peft", "transformers", "deepspeed")),
         # It only puts the shards' files together: every prediction runs it.
         ("predict_gather", ("torch", "peft", "transformers", "deepspeed")),
+        # It tabulates and plots the periods' figures that the variants' jobs scored.
+        ("backtest_summary", ("torch", "peft", "transformers", "deepspeed")),
+        # It copies the champion's files out of the registry.
+        ("init_model", ("torch", "peft", "transformers", "deepspeed")),
     ],
 )
 def test_a_job_that_runs_no_model_loads_no_model_library(script, not_loaded):

@@ -14,14 +14,13 @@ from sample_ledger import ledger_row, ledger_spec
 from account_tax.data.ingest import ingest
 from account_tax.errors import DataError
 from account_tax.evaluation.shipped import ShippedCandidate
+from account_tax.tracking.champion import RegisterSettings, fetch_champion_model
 from account_tax.tracking.registry import (
     TEST_PREDICTIONS,
     RefusedRequest,
-    RegisterSettings,
     champion_decision,
     check_request,
     evaluated_rows_sha256,
-    fetch_champion_model,
     request_records,
 )
 

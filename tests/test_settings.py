@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from account_tax.backtest.replay import BacktestSettings
+from account_tax.backtest.periods import BacktestSettings
 from account_tax.data.clean import CleanSettings
 from account_tax.data.features import FeatureSettings
 from account_tax.data.serialize import SerializeSettings
@@ -31,7 +31,7 @@ from account_tax.settings import (
 )
 from account_tax.storage.retention import RetainSettings
 from account_tax.storage.s3 import UploadSettings
-from account_tax.tracking.registry import RegisterSettings
+from account_tax.tracking.champion import RegisterSettings
 from account_tax.training.settings import TrainSettings
 from account_tax.training.sweep import SweepSettings
 from account_tax.workflow_run import TrackingSettings

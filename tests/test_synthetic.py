@@ -12,7 +12,7 @@ import synthetic_ledger as synthetic
 import yaml
 from synthetic_ledger import COLUMNS, DIRTY_KINDS, class_codes, class_counts, generate_ledger
 
-from account_tax.backtest.replay import BacktestSettings
+from account_tax.backtest.periods import BacktestSettings
 from account_tax.data.clean import REASON, CleanSettings, clean
 from account_tax.data.ingest import ingest
 from account_tax.data.spec import DataSpec

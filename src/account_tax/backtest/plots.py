@@ -13,7 +13,7 @@ import polars as pl
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
 
-from account_tax.backtest.replay import PERIOD
+from account_tax.backtest.periods import PERIOD
 
 
 def plot_backtest(tables: Mapping[str, pl.DataFrame], target_precision: float, path: Path) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 import yaml
 
+from account_tax.backtest.periods import PERIOD, BacktestSettings, Variant, replayed_periods
 from account_tax.cpu_time import children_cpu_seconds
 from account_tax.data.serialize import TEXT
 from account_tax.data.spec import NOVEL, DataSpec
@@ -32,12 +33,10 @@ from account_tax.evaluation.predict import AUTO_THRESHOLD, Candidate
 from account_tax.evaluation.review import AUTO, DECISION, decisions, precision_coverage_curve
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, PREDICTED_LABEL
-from account_tax.settings import SOURCE_ROW, SectionView
 from account_tax.training.settings import EXTENSIONS_DIR
 
 log = logging.getLogger(__name__)
 
-PERIOD = "period"
 NEW_RECORDS = "period"
 """The name of each period's records in its run's `predict.inputs`."""
 EVALUATION = "results/evaluate/metrics.json"
@@ -82,72 +81,6 @@ COLUMNS = (
     "cpu_minutes",
     "wall_minutes",
 )
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One of `backtest.variants`: what flows into the next period."""
-
-    corrections: bool
-    warm_start: bool
-
-
-@dataclass(frozen=True)
-class BacktestSettings(SectionView):
-    SECTION = "backtest"
-    period: str
-    periods: int
-    date_column: str | None
-    variants: dict[str, dict[str, bool]]
-
-    def variant(self, name: str) -> Variant:
-        if name not in self.variants:
-            raise DataError(f"backtest.variants has no variant {name!r}: {sorted(self.variants)}")
-        return Variant(**self.variants[name])
-
-
-def period_labels(dates: pl.Expr, period: str) -> pl.Expr:
-    """`2024-03` for a month, `2024-Q1` for a quarter."""
-    if period == "month":
-        return dates.dt.strftime("%Y-%m")
-    return dates.dt.year().cast(pl.String) + "-Q" + dates.dt.quarter().cast(pl.String)
-
-
-def dated_records(
-    raw: Path, labelled: Path, spec: DataSpec, settings: BacktestSettings
-) -> pl.DataFrame:
-    """Every usable record as read (strings, the ledger's own columns) with its period, its true
-    account and its `source_row`, in ledger order. Rows without a date cannot be placed: an
-    error names how many."""
-    column = settings.date_column or (spec.date[0] if spec.date else None)
-    if column is None:
-        raise DataError("backtest: the data has no date column (data.columns.date)")
-    if spec.id is None:
-        raise DataError(
-            "backtest: the data has no id column (data.columns.id): posted and reviewed records"
-            " are followed by id"
-        )
-    truth = pl.read_parquet(labelled).select(
-        SOURCE_ROW, period_labels(pl.col(column), settings.period).alias(PERIOD), spec.label
-    )
-    undated = truth.filter(pl.col(PERIOD).is_null()).height
-    if undated:
-        raise DataError(
-            f"{labelled}: {undated} record(s) without a {column!r}; a backtest needs one"
-        )
-    as_read = pl.read_parquet(raw).select(SOURCE_ROW, *(c for c in spec.columns if c != spec.label))
-    return truth.join(as_read, on=SOURCE_ROW, how="inner", maintain_order="left").sort(SOURCE_ROW)
-
-
-def replayed_periods(records: pl.DataFrame, settings: BacktestSettings) -> list[str]:
-    """The last `periods` periods; at least one period before them is the history."""
-    periods = records[PERIOD].unique().sort().to_list()
-    if len(periods) <= settings.periods:
-        raise DataError(
-            f"backtest.periods is {settings.periods} but the data spans {len(periods)}"
-            f" {settings.period}(s) ({periods[0]} to {periods[-1]}): at least one must come before"
-        )
-    return periods[-settings.periods :]
 
 
 def write_records(frame: pl.DataFrame, spec: DataSpec, path: Path) -> None:

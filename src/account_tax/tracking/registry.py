@@ -29,7 +29,6 @@ import importlib.metadata
 import json
 import logging
 import os
-import shutil
 import tempfile
 import tomllib
 from dataclasses import dataclass
@@ -40,7 +39,6 @@ import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 import polars as pl
-import yaml
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import BAD_REQUEST, INTERNAL_ERROR
 
@@ -64,7 +62,8 @@ from account_tax.evaluation.runtime_check import checked_onnx_model
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, LABEL, PREDICTED_LABEL, TOP_K_LABELS
 from account_tax.io import PACKAGE_PREFIX, sha256_file, write_json
-from account_tax.settings import SOURCE_ROW, EvaluateSettings, SectionView
+from account_tax.settings import SOURCE_ROW, EvaluateSettings
+from account_tax.tracking.champion import RegisterSettings, current_version
 from account_tax.training.training_info import read_training_info
 from account_tax.workflow_run import log_stage, run_client, store_lock
 
@@ -78,15 +77,6 @@ INPUT_EXAMPLE_ROWS = 3
 COMPARED = {BETTER: "better than", TIE: "no significant difference from", WORSE: "worse than"}
 # The config sections that turn a raw record into the model's text.
 RECORD_SECTIONS = ("data", "clean", "features", "serialize")
-
-
-@dataclass(frozen=True)
-class RegisterSettings(SectionView):
-    SECTION = "register"
-    enabled: bool
-    name: str
-    candidate_alias: str
-    champion_alias: str
 
 
 class RefusedRequest(MlflowException):
@@ -383,16 +373,6 @@ def against_champion(
     return bootstrap["difference"]["ours"]["champion"][DECIDING_METRIC]
 
 
-def current_version(client, name: str, alias: str):
-    """The version holding `alias`, or None (no such model or alias yet)."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return client.get_model_version_by_alias(name, alias)
-    except MlflowException:
-        return None
-
-
 def champion_decision(
     client,
     tracking_uri: str,
@@ -585,32 +565,3 @@ def summary_html(record: dict, champion_alias: str) -> str:
         f"<p>{html.escape(champion_alias)}: {moved}: {html.escape(record['champion']['why'])}."
         "</p></body></html>\n"
     )
-
-
-def fetch_champion_model(
-    tracking: Path, settings: RegisterSettings, output: Path
-) -> dict[str, Any]:
-    """Copy the fine-tuned model of the version holding the champion alias into `output`, where a
-    warm start (train.init_from: champion) begins; what was fetched."""
-    client, run = run_client(tracking)
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or run["tracking_uri"]
-    champion = current_version(client, settings.name, settings.champion_alias)
-    if champion is None:
-        raise DataError(
-            f"no version of model {settings.name!r} holds alias {settings.champion_alias!r} in"
-            f" {run['tracking_uri']}: no champion to start from (train once with"
-            " train.init_from: none)"
-        )
-    with tempfile.TemporaryDirectory(prefix="init-model-") as scratch:
-        mlmodel = mlflow.artifacts.download_artifacts(
-            f"{champion.source}/MLmodel", dst_path=scratch, tracking_uri=uri
-        )
-        artifacts = yaml.safe_load(Path(mlmodel).read_text(encoding="utf-8"))["flavors"][
-            "python_function"
-        ]["artifacts"]
-        fetched = mlflow.artifacts.download_artifacts(
-            f"{champion.source}/{artifacts['model']['path']}", dst_path=scratch, tracking_uri=uri
-        )
-        shutil.copytree(fetched, output)
-    log.info("champion version %s of %s fetched into %s", champion.version, settings.name, output)
-    return {"version": champion.version, "run_id": champion.run_id, "source": champion.source}
