@@ -3,9 +3,11 @@ shared helpers at the top, training uses data and storage, evaluation uses train
 uses everything, and so does the backtest, which replays the whole workflow. So editing
 evaluation code never changes what training runs (its code hash, and with it a checkpoint's
 fingerprint and the train rule's re-run trigger). And a job that runs no model loads no model
-library: each would pay seconds to import torch, PEFT and transformers for nothing."""
+library: each would pay seconds to import torch, PEFT and transformers for nothing. The
+development guide's map of the package names every module."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +122,19 @@ print(sorted(name for name in {not_loaded!r} if name in sys.modules))
 """
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_development_guide_names_every_module_where_it_lives():
+    """docs/development.md's table of the package's folders, and its list of the modules at the
+    top, name every module there is."""
+    guide = (PACKAGE.parents[1] / "docs" / "development.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(\w+)/` \| (.+) \|$", guide, flags=re.MULTILINE))
+    folders = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    assert set(rows) == folders
+    top = re.search(r"^At the top: (.+?)\n\n", guide, flags=re.MULTILINE | re.DOTALL).group(1)
+    named = {folder: set(re.findall(r"`(\w+)`", row)) for folder, row in rows.items()}
+    named[HELPERS] = set(re.findall(r"`(\w+)`", top))
+    for folder, names in named.items():
+        where = PACKAGE if folder == HELPERS else PACKAGE / folder
+        modules = {path.stem for path in where.glob("*.py")} - {"__init__"}
+        assert modules <= names, (folder, sorted(modules - names))
