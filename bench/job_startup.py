@@ -48,15 +48,17 @@ def main() -> None:
         for job in args.jobs:
             for name, tree in trees.items():
                 times.setdefault((job, name), []).append(timed(tree, job))
+    medians = {
+        key: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
+        for key, runs in times.items()
+    }
     base = next(iter(trees))
     print("| job | tree | wall s, median (min-max) | CPU s, median | / first tree (wall, CPU) |")
     print("|---|---|---|---|---|")
     for job in args.jobs:
-        base_wall = statistics.median(w for w, _ in times[job, base])
-        base_cpu = statistics.median(c for _, c in times[job, base])
+        base_wall, base_cpu = medians[job, base]
         for name in trees:
-            walls = [w for w, _ in times[job, name]]
-            wall, cpu = statistics.median(walls), statistics.median(c for _, c in times[job, name])
+            (wall, cpu), walls = medians[job, name], [w for w, _ in times[job, name]]
             print(
                 f"| {job} | {name} | {wall:.2f} ({min(walls):.2f}-{max(walls):.2f}) | {cpu:.2f} |"
                 f" {wall / base_wall:.2f}x, {cpu / base_cpu:.2f}x |"

@@ -97,7 +97,7 @@ def main() -> None:
 
     import torch
 
-    from account_tax.evaluation.predict import PredictSettings
+    from account_tax.evaluation.prediction_parts import PredictSettings
     from account_tax.evaluation.runtime_check import check_runtime
     from account_tax.notebook import stage_folder
     from account_tax.training.onnx_model import export_onnx

@@ -93,10 +93,10 @@ def run_job(job: str, spec: dict[str, Any]) -> dict[str, Any]:
         from account_tax.evaluation.predict import (
             Candidate,
             Predictor,
-            PredictSettings,
             load_shipped,
             predict_part,
         )
+        from account_tax.evaluation.prediction_parts import PredictSettings
         from account_tax.notebook import stage_folder
 
         torch.set_num_threads(spec["threads"])
@@ -122,13 +122,13 @@ def run_job(job: str, spec: dict[str, Any]) -> dict[str, Any]:
         predict_part(records, predictor, part_paths(scratch / "shard"), chunks - 2, chunks)
         rows = options.chunk_rows
     else:
-        from account_tax.evaluation.prediction_parts import gather_parts
+        from account_tax.evaluation.prediction_parts import PredictSettings, gather_parts
 
         counts = gather_parts(
             [part_paths(scratch / "whole")],
             records,
             part_paths(scratch / "gathered"),
-            settings["predict"]["chunk_rows"],
+            PredictSettings.of(settings["predict"]).chunk_rows,
         )
         rows = counts["predicted"] + counts["rejected"]
     return {

@@ -8,7 +8,8 @@ import torch
 
 from account_tax import cli
 from account_tax.evaluation.evaluate import EvaluatePaths, evaluate
-from account_tax.evaluation.predict import BATCH_SIZE, PredictSettings
+from account_tax.evaluation.predict import BATCH_SIZE
+from account_tax.evaluation.prediction_parts import PredictSettings
 
 HELP = {
     "model": "trained model folder",

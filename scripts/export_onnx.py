@@ -8,7 +8,8 @@ from pathlib import Path
 import torch
 
 from account_tax import cli
-from account_tax.evaluation.predict import BATCH_SIZE, PredictSettings
+from account_tax.evaluation.predict import BATCH_SIZE
+from account_tax.evaluation.prediction_parts import PredictSettings
 from account_tax.evaluation.runtime_check import CHECK, check_runtime
 from account_tax.io import write_json
 from account_tax.training.onnx_model import ONNX_MODEL, export_onnx

@@ -20,11 +20,10 @@ from account_tax.evaluation.predict import (
     BATCH_SIZE,
     Candidate,
     Predictor,
-    PredictSettings,
     load_shipped,
     predict_part,
 )
-from account_tax.evaluation.prediction_parts import PredictPaths
+from account_tax.evaluation.prediction_parts import PredictPaths, PredictSettings
 from account_tax.evaluation.runtime_check import checked_onnx_model
 
 

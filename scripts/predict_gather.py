@@ -6,7 +6,7 @@ counts."""
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.evaluation.prediction_parts import PredictPaths, gather_parts
+from account_tax.evaluation.prediction_parts import PredictPaths, PredictSettings, gather_parts
 from account_tax.evaluation.shipped import read_shipped
 from account_tax.training.training_info import read_training_info
 from account_tax.workflow_run import log_stage
@@ -33,7 +33,7 @@ def main() -> None:
         parts,
         args.records,
         PredictPaths(args.output, args.rejects, args.review),
-        args.settings["predict"]["chunk_rows"],
+        PredictSettings.of(args.settings["predict"]).chunk_rows,
     )
     log_stage(
         args.tracking,

@@ -20,7 +20,7 @@ from account_tax.data.split import SplitSettings
 from account_tax.errors import DataError
 from account_tax.evaluation.assessment import ReviewSettings
 from account_tax.evaluation.baseline import BaselineSettings
-from account_tax.evaluation.predict import PredictSettings
+from account_tax.evaluation.prediction_parts import PredictSettings
 from account_tax.settings import (
     SCHEMA_PATH,
     EvaluateSettings,

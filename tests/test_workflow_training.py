@@ -33,11 +33,10 @@ from account_tax.evaluation.predict import (
     PROVENANCE_COLUMNS,
     Candidate,
     Predictor,
-    PredictSettings,
     Provenance,
     predict_records,
 )
-from account_tax.evaluation.prediction_parts import PART_FILES, PredictPaths
+from account_tax.evaluation.prediction_parts import PART_FILES, PredictPaths, PredictSettings
 from account_tax.evaluation.runtime_check import check_runtime, checked_onnx_model
 from account_tax.evaluation.shipped import read_shipped
 from account_tax.io import sha256_file

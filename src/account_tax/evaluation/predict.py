@@ -58,7 +58,7 @@ from account_tax.evaluation.tables import (
 )
 from account_tax.io import parquet_rows, sha256_file
 from account_tax.progress import progress_bar
-from account_tax.settings import SOURCE_ROW, SectionView
+from account_tax.settings import SOURCE_ROW
 from account_tax.storage.manifest import content_sha256
 from account_tax.training.evidence import INDEX_DIR, RECORDS, EvidenceIndex, Vectors
 from account_tax.training.inference import load_classifier, model_temperature, score_texts
@@ -87,20 +87,6 @@ PROVENANCE_COLUMNS = (CANDIDATE, MODEL_SHA256, BASELINE_SHA256, TRAINING_RUN_ID,
 """The columns of `Provenance`'s fields, in their order."""
 BATCH_SIZE = 64
 """Texts per inference batch."""
-
-
-@dataclass(frozen=True)
-class PredictSettings(SectionView):
-    SECTION = "predict"
-    # Name -> file of new records, each predicted to results/predict/<name>.parquet.
-    inputs: dict[str, str]
-    top_k: int
-    evidence_k: int
-    shards: int
-    chunk_rows: int
-    runtime: str
-    runtime_min_agreement: float
-    runtime_max_ece_change: float
 
 
 def record_columns(spec: DataSpec) -> list[str]:

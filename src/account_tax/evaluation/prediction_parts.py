@@ -1,6 +1,7 @@
-"""A prediction's parts: each shard writes its predictions, rejects and rows to review to files
-of its own, a chunk at a time (`PartWriter`), and `gather_parts` puts them together, the rows to
-review least confident first. File work only: the gather job loads no model.
+"""The `predict` section, and a prediction's parts: each shard writes its predictions, rejects
+and rows to review to files of its own, a chunk at a time (`PartWriter`), and `gather_parts` puts
+them together, the rows to review least confident first. File work only: the gather job loads no
+model.
 """
 
 from __future__ import annotations
@@ -18,9 +19,24 @@ import pyarrow.parquet as pq
 
 from account_tax.data.spec import CONFIDENCE
 from account_tax.io import parquet_rows, write_parquet
-from account_tax.settings import SOURCE_ROW
+from account_tax.settings import SOURCE_ROW, SectionView
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PredictSettings(SectionView):
+    SECTION = "predict"
+    # Name -> file of new records, each predicted to results/predict/<name>.parquet.
+    inputs: dict[str, str]
+    top_k: int
+    evidence_k: int
+    shards: int
+    chunk_rows: int
+    runtime: str
+    runtime_min_agreement: float
+    runtime_max_ece_change: float
+
 
 PART_FILES = ("predictions", "rejects", "review")
 """The files of a shard's part, in `PredictPaths`' order."""

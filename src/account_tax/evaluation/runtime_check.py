@@ -15,7 +15,7 @@ import numpy as np
 
 from account_tax.data.serialize import LABEL_ID, TEXT, read_split
 from account_tax.evaluation.calibration import calibration_metrics
-from account_tax.evaluation.predict import PredictSettings
+from account_tax.evaluation.prediction_parts import PredictSettings
 from account_tax.training.evidence import unit_rows
 from account_tax.training.inference import load_classifier, model_temperature, score_texts
 from account_tax.training.onnx_model import ONNX_MODEL, OnnxScorer

@@ -54,10 +54,10 @@ from account_tax.evaluation.predict import (
     BATCH_SIZE,
     Candidate,
     Predictor,
-    PredictSettings,
     Provenance,
     load_shipped,
 )
+from account_tax.evaluation.prediction_parts import PredictSettings
 from account_tax.evaluation.runtime_check import checked_onnx_model
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, LABEL, PREDICTED_LABEL, TOP_K_LABELS
