@@ -33,6 +33,8 @@ def main() -> None:
     parser.add_argument(
         "--onnx", type=Path, help="the exported ONNX model and its check (predict.runtime)"
     )
+    parser.add_argument("--rules", type=Path, help="the learned ledger rules (review.rules)")
+    parser.add_argument("--rules-report", type=Path, help="the ledger rules' replay")
     parser.add_argument("--pyproject", type=Path, required=True, help="the pinned requirements")
     parser.add_argument("--output", type=Path, required=True, help="what was registered (JSON)")
     parser.add_argument("--summary", type=Path, required=True, help="the same, as HTML")
@@ -48,6 +50,8 @@ def main() -> None:
         args.test_records,
         args.model_receipt,
         args.onnx,
+        args.rules,
+        args.rules_report,
         args.pyproject,
         args.output,
         args.summary,

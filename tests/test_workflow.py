@@ -584,7 +584,7 @@ def test_ledger_rules_are_learned_replayed_and_tracked_and_predict_reads_them(tm
     """review.rules.columns adds the ledger_rules stage: a vendor booked to one account on 30
     dates makes a rule that the replay finds right 28 times in 28 (from its third date on),
     trusted at a target below their lower bound; a vendor booked to two accounts makes none.
-    Its figures reach the MLflow run, and predict takes the rules as its input."""
+    Its figures reach the MLflow run, and predict and register take the rules as their input."""
     rows = []
     for n in range(60):
         vendor, account = (
@@ -617,6 +617,8 @@ def test_ledger_rules_are_learned_replayed_and_tracked_and_predict_reads_them(tm
     assert matched["rule_account"].to_list() == [None, "4930"]
     config["predict"] = {"inputs": {"new": str(tmp_path / "ledger.csv")}}
     planned = snakemake(tmp_path, "-n", "--printshellcmds", config=config).stdout
-    shard = next(line for line in planned.splitlines() if "scripts/predict.py" in line)
-    assert "--rules results/ledger_rules/rules.parquet" in shard
-    assert "--rules-report results/ledger_rules/report.json" in shard
+    # The predict jobs and the registered model apply the same rules.
+    for script in ("scripts/predict.py", "scripts/register.py"):
+        command = next(line for line in planned.splitlines() if script in line)
+        assert "--rules results/ledger_rules/rules.parquet" in command, script
+        assert "--rules-report results/ledger_rules/report.json" in command, script

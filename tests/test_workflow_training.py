@@ -30,6 +30,7 @@ from account_tax.data.spec import DataSpec
 from account_tax.evaluation.evidence import EVIDENCE_COLUMNS
 from account_tax.evaluation.ledger_rules import RULE_ACCOUNT, RULE_BOOKINGS, LedgerRules
 from account_tax.evaluation.predict import (
+    BATCH_SIZE,
     PROVENANCE_COLUMNS,
     Candidate,
     Predictor,
@@ -43,6 +44,7 @@ from account_tax.io import sha256_file
 from account_tax.ports import free_ports
 from account_tax.settings import complete
 from account_tax.storage.manifest import content_sha256
+from account_tax.tracking.registry import save_prediction_model
 from account_tax.training.evidence import EvidenceIndex
 from account_tax.training.inference import load_classifier, score_texts
 from account_tax.training.onnx_model import export_onnx
@@ -529,6 +531,75 @@ def test_a_trusted_ledger_rule_posts_the_suggestion_it_confirms(trained, tmp_pat
     assert shown["rule_account"].to_list() == confirmed["rule_account"].to_list()
 
 
+def test_the_registered_model_carries_its_runs_ledger_rules(trained, tmp_path):
+    """A model registered with trusted ledger rules, served, gives predict's rows with the same
+    rules: each record shows the rule it matches, and one whose rule names the suggestion is
+    posted where the threshold alone posts nothing."""
+    workdir, config, *_ = trained
+    settings = complete(config)
+    options = PredictSettings.of(settings["predict"])
+    source = tmp_path / "new.csv"
+    rows = [ledger_row(700, memo="Office supplies no 7"), ledger_row(701, memo="Rent no 8")]
+    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(source)
+    shipped = dataclasses.replace(
+        read_shipped(workdir / "results/evaluate/metrics.json"), threshold=None
+    )
+    model = workdir / "results/train/segment-2/model"
+    baseline = workdir / "results/baseline/model.joblib"
+    evidence = workdir / "results/baseline/evidence"
+    candidate = Candidate(model, baseline, shipped, baseline_evidence=evidence)
+    provenance = Provenance(shipped.candidate, "sha", None, None, None)
+    outputs = PredictPaths(
+        *(tmp_path / f"results/predict/{name}.parquet" for name in ("new", "new.rejects", "review"))
+    )
+
+    def predict(rules: LedgerRules | None) -> pl.DataFrame:
+        predictor = Predictor(
+            DataSpec.from_config(settings),
+            settings,
+            candidate,
+            provenance,
+            k=options.top_k,
+            evidence_k=options.evidence_k,
+            chunk_rows=options.chunk_rows,
+            rules=rules,
+        )
+        predict_records(source, predictor, outputs)
+        return pl.read_parquet(outputs.predictions)
+
+    suggested = predict(None)["predicted_label"].to_list()
+    other = next(label for label in ("4930", "4210", "4400") if label != suggested[1])
+    rules_file, report = tmp_path / "rules.parquet", tmp_path / "report.json"
+    rules = pl.DataFrame(
+        {"memo": ["office supplies no 7", "rent no 8"], RULE_ACCOUNT: [suggested[0], other]}
+    ).with_columns(pl.lit(3, dtype=pl.Int64).alias(RULE_BOOKINGS))
+    rules.write_parquet(rules_file)
+    report.write_text(json.dumps({"trusted": True}))
+    predicted = predict(LedgerRules.read(rules_file, report))
+    assert predicted["decision"].to_list() == ["auto", "review"]
+
+    save_prediction_model(
+        tmp_path / "registered",
+        config=settings,
+        model_dir=model,
+        baseline_model=baseline,
+        baseline_evidence=evidence,
+        shipped=shipped,
+        test_predictions=workdir / "results/evaluate/test_predictions.parquet",
+        test_records=workdir / "results/split/test.parquet",
+        provenance=provenance,
+        pyproject=REPO / "pyproject.toml",
+        predict=options,
+        batch_size=BATCH_SIZE,
+        rules=(rules_file, report),
+    )
+    served = mlflow.pyfunc.load_model(str(tmp_path / "registered")).predict(
+        raw_records_as_text(source)
+    )
+    assert list(served[RULE_ACCOUNT]) == [suggested[0], other]
+    assert_served_equals_predict(served, tmp_path, "new")
+
+
 def test_every_prediction_leads_back_to_its_training_run(trained):
     """From one prediction row: the model's files, its S3 copy, and the MLflow run that trained
     it, with the git commit, the config hash and the input data hashes."""
@@ -864,12 +935,12 @@ def assert_served_equals_predict(served: pd.DataFrame, workdir: Path, name: str)
         for column, value in row.items():
             if column == "source_row":
                 continue
-            if column in FLOAT_COLUMNS:
+            if value is None:
+                assert pd.isna(got[column]), column
+            elif column in FLOAT_COLUMNS:
                 assert np.allclose(got[column], value, atol=1e-5, rtol=0), column
             elif isinstance(value, list):
                 assert list(got[column]) == value, column
-            elif value is None:
-                assert pd.isna(got[column]), column
             else:
                 assert got[column] == value, column
     for row in rejects.iter_rows(named=True):

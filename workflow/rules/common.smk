@@ -319,13 +319,13 @@ def predict_shards(name):
     return files
 
 
-def predict_inputs(wildcards):
-    """New records as ingest wrote them, both models, evaluate's choice of candidate and threshold, the model's
-    upload receipt where uploads are on (every prediction names where the model is stored), and
-    the ledger rules where review.rules names columns.
+def prediction_path_inputs():
+    """What the prediction path is made of, for predict and for the registered model alike:
+    both models, evaluate's choice of candidate and threshold, the model's upload receipt where
+    uploads are on (every prediction names where the model is stored), the ONNX export where
+    predict.runtime asks for one, and the ledger rules where review.rules names columns.
     """
     inputs = {
-        "records": f"results/predict/{wildcards.name}/records.parquet",
         "model": f"{TRAINED}/model",
         "baseline_model": "results/baseline/model.joblib",
         "baseline_evidence": "results/baseline/evidence",
@@ -341,22 +341,21 @@ def predict_inputs(wildcards):
     return inputs
 
 
+def predict_inputs(wildcards):
+    """New records as ingest wrote them, and the prediction path."""
+    return {
+        "records": f"results/predict/{wildcards.name}/records.parquet",
+        **prediction_path_inputs(),
+    }
+
+
 def register_inputs(wildcards):
-    """What the registered model is made of and judged by; the upload receipt where uploads
-    are on (the model's tags link it)."""
-    inputs = {
-        "model": f"{TRAINED}/model",
-        "baseline_model": "results/baseline/model.joblib",
-        "baseline_evidence": "results/baseline/evidence",
-        "evaluation": "results/evaluate/metrics.json",
+    """The prediction path, and the test split it is judged by."""
+    return {
+        **prediction_path_inputs(),
         "test_predictions": "results/evaluate/test_predictions.parquet",
         "test_records": "results/split/test.parquet",
     }
-    if config["upload"]["enabled"]:
-        inputs["model_receipt"] = "results/upload/model.json"
-    if config["predict"]["runtime"] != "torch":
-        inputs["onnx"] = "results/export_onnx"
-    return inputs
 
 
 def upload_outputs():

@@ -244,9 +244,8 @@ class Predictor:
     """Ingest's rows in, a chunk at a time, and their predictions and rejects out: clean,
     features and serialize as in training, then the candidate's top-k, the evidence, the
     ledger rule each record matches (with `rules`), the decision and the provenance. Row by
-    row, so the file path (`predict_records`, each shard of the rule) and the served model give
-    the same answers for the same chunks; the served model learns no rules, as they are the
-    ledger's, not the model's."""
+    row, so the file path (`predict_records`, each shard of the rule) and the served model (which
+    carries its run's rules) give the same answers for the same chunks."""
 
     def __init__(
         self,

@@ -2,7 +2,8 @@
 
 The model takes raw records (the configured columns, as text, the way a CSV holds them) and runs
 `predict`'s own code on them: ingest, clean, features, serialize, the candidate evaluate chose,
-calibrated top-k, the auto/review decision and the provenance. Its output has `predict`'s columns
+calibrated top-k, the evidence, the ledger rules its run learned (with `review.rules`), the
+auto/review decision and the provenance. Its output has `predict`'s columns
 plus `reason`, which is null for predicted rows and says why for rows clean rejects; rows come
 back in the order they were sent (`source_row`).
 
@@ -50,6 +51,7 @@ from account_tax.errors import DataError
 from account_tax.evaluation.assessment import BASELINE, DECIDING_METRIC, MODEL
 from account_tax.evaluation.bootstrap import BETTER, TIE, WORSE, ScoredRows, judge, paired_bootstrap
 from account_tax.evaluation.evidence import EVIDENCE_SPACE
+from account_tax.evaluation.ledger_rules import LedgerRules
 from account_tax.evaluation.predict import (
     BATCH_SIZE,
     Candidate,
@@ -144,6 +146,7 @@ class PredictionModel(mlflow.pyfunc.PythonModel):
         baseline = context.artifacts.get("baseline")
         evidence = context.artifacts.get("baseline_evidence")
         onnx_model = context.artifacts.get("onnx")
+        rules = context.artifacts.get("rules")
         candidate = Candidate(
             Path(context.artifacts["model"]),
             Path(baseline) if baseline else None,
@@ -160,6 +163,9 @@ class PredictionModel(mlflow.pyfunc.PythonModel):
             k=spec["top_k"],
             evidence_k=spec["evidence_k"],
             chunk_rows=spec["chunk_rows"],
+            rules=LedgerRules.read(Path(rules), Path(context.artifacts["rules_report"]))
+            if rules
+            else None,
         )
 
     def predict(
@@ -268,9 +274,12 @@ def save_prediction_model(
     predict: PredictSettings,
     batch_size: int,
     onnx_model: Path | None = None,
+    rules: tuple[Path, Path] | None = None,
 ) -> None:
     """Write the pyfunc model into `folder` (which must not exist); with `onnx_model` (one that
-    passed its check) the fine-tuned model is scored in ONNX Runtime, as predict scores it."""
+    passed its check) the fine-tuned model is scored in ONNX Runtime, as predict scores it; with
+    `rules` (the ledger rules and their replay's report) records are matched against them and a
+    trusted rule confirms, as in predict."""
     records = record_config(config)
     spec = DataSpec.from_config(records)
     with tempfile.TemporaryDirectory(prefix="register-") as scratch:
@@ -301,6 +310,8 @@ def save_prediction_model(
             artifacts["baseline_evidence"] = str(baseline_evidence)
         if onnx_model is not None and shipped.candidate != BASELINE:
             artifacts["onnx"] = str(onnx_model)
+        if rules is not None:
+            artifacts["rules"], artifacts["rules_report"] = map(str, rules)
         info = read_training_info(model_dir)
         example = input_example(test_records, spec)
         # The output schema from the model's own answer to the example; no input schema: the
@@ -442,7 +453,8 @@ def register_version(client, name: str, run_id: str, folder: Path, tags: dict[st
 
 @dataclass(frozen=True)
 class RegisterPaths:
-    """Register's inputs (the model's upload receipt only where uploads are on) and outputs."""
+    """Register's inputs (the model's upload receipt only where uploads are on, the ledger
+    rules and their report only with `review.rules`) and outputs."""
 
     model: Path
     baseline_model: Path
@@ -452,6 +464,8 @@ class RegisterPaths:
     test_records: Path
     model_receipt: Path | None
     onnx: Path | None
+    rules: Path | None
+    rules_report: Path | None
     pyproject: Path
     output: Path
     summary: Path
@@ -495,6 +509,7 @@ def register(paths: RegisterPaths, settings: dict[str, Any], tracking: Path) -> 
             predict=PredictSettings.of(settings["predict"]),
             batch_size=BATCH_SIZE,
             onnx_model=checked_onnx_model(paths.onnx) if paths.onnx else None,
+            rules=(paths.rules, paths.rules_report) if paths.rules else None,
         )
         stored_bytes = folder_bytes(folder)
         # One registration at a time: the champion check and the alias move go together.
