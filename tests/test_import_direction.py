@@ -98,9 +98,9 @@ def test_training_code_reaches_no_evaluation_module():
 @pytest.mark.parametrize(
     ("script", "not_loaded"),
     [
-        # It reads and searches a TF-IDF evidence index; peft and transformers cost seconds to
-        # load in every baseline job (each backtest period runs one).
-        ("baseline", ("peft", "transformers", "deepspeed")),
+        # It builds and writes a TF-IDF evidence index, which only the jobs that predict search;
+        # every workflow run and each backtest period runs one.
+        ("baseline", ("torch", "peft", "transformers", "deepspeed")),
         # It only puts the shards' files together: every prediction runs it.
         ("predict_gather", ("torch", "peft", "transformers", "deepspeed")),
         # It tabulates and plots the periods' figures that the variants' jobs scored.

@@ -20,17 +20,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import polars as pl
 import scipy.sparse
-import torch
 from sklearn.preprocessing import normalize
 
 from account_tax.data.serialize import ID, LABEL_ID, TEXT
 from account_tax.data.spec import LABEL_SOURCE, LEDGER
 from account_tax.io import write_parquet
+
+if TYPE_CHECKING:
+    import torch
 
 INDEX_DIR = "evidence"
 """The fine-tuned model's index, inside its folder."""
@@ -69,12 +71,18 @@ class EvidenceIndex:
     @cached_property
     def searched(self) -> torch.Tensor | scipy.sparse.csr_matrix:
         """The vectors as searched: dense ones as a tensor, sparse ones transposed (once)."""
+        # torch only where an index is searched: the baseline job builds and writes its own
+        # without loading it.
+        import torch
+
         if scipy.sparse.issparse(self.vectors):
             return self.vectors.T.tocsr()
         return torch.from_numpy(np.ascontiguousarray(self.vectors, dtype=np.float32))
 
     def nearest(self, queries: Vectors, k: int) -> Neighbours:
         """The k most similar records of every query (fewer where the index is smaller)."""
+        import torch
+
         k = min(k, self.records.height)
         rows = np.zeros((queries.shape[0], k), dtype=np.int64)
         similarities = np.zeros((queries.shape[0], k), dtype=np.float32)
