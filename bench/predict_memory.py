@@ -109,15 +109,7 @@ def run_job(job: str, spec: dict[str, Any]) -> dict[str, Any]:
             shipped = dataclasses.replace(shipped, candidate=spec["candidate"])
         options = PredictSettings.of(settings["predict"])
         candidate = Candidate(model, baseline, shipped, 64, work / "results/baseline/evidence")
-        predictor = Predictor(
-            data,
-            settings,
-            candidate,
-            provenance,
-            k=options.top_k,
-            evidence_k=options.evidence_k,
-            chunk_rows=options.chunk_rows,
-        )
+        predictor = Predictor.configured(settings, candidate, provenance)
         chunks = -(-spec["rows"] // options.chunk_rows)
         predict_part(records, predictor, part_paths(scratch / "shard"), chunks - 2, chunks)
         rows = options.chunk_rows

@@ -110,7 +110,6 @@ def measure(port: int, rows: pl.DataFrame, size: int, requests: int) -> dict[str
 
 def batch_reference(workdir: Path, rows: pl.DataFrame) -> dict[str, Any]:
     """`predict_records` on all `rows` at once, the candidate loaded before the clock starts."""
-    from account_tax.data.spec import DataSpec
     from account_tax.evaluation.predict import (
         Candidate,
         Predictor,
@@ -135,15 +134,7 @@ def batch_reference(workdir: Path, rows: pl.DataFrame) -> dict[str, Any]:
         rows.write_csv(source)
         paths = PredictPaths(*(Path(scratch) / f"{n}.parquet" for n in ("out", "rej", "rev")))
         started = time.perf_counter()
-        predictor = Predictor(
-            DataSpec.from_config(settings),
-            settings,
-            candidate,
-            provenance,
-            k=settings["predict"]["top_k"],
-            evidence_k=settings["predict"]["evidence_k"],
-            chunk_rows=settings["predict"]["chunk_rows"],
-        )
+        predictor = Predictor.configured(settings, candidate, provenance)
         counts = predict_records(source, predictor, paths)
         seconds = time.perf_counter() - started
     return {"rows": counts["predicted"], "seconds": seconds, "rows_per_s": rows.height / seconds}

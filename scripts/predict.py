@@ -14,7 +14,6 @@ from pathlib import Path
 import torch
 
 from account_tax import cli
-from account_tax.data.spec import DataSpec
 from account_tax.evaluation.ledger_rules import LedgerRules
 from account_tax.evaluation.predict import (
     BATCH_SIZE,
@@ -23,7 +22,7 @@ from account_tax.evaluation.predict import (
     load_shipped,
     predict_part,
 )
-from account_tax.evaluation.prediction_parts import PredictPaths, PredictSettings
+from account_tax.evaluation.prediction_parts import PredictPaths
 from account_tax.evaluation.runtime_check import checked_onnx_model
 
 
@@ -63,7 +62,6 @@ def main() -> None:
     shipped, provenance = load_shipped(
         args.evaluation, args.model, args.baseline_model, args.model_receipt
     )
-    options = PredictSettings.of(args.settings["predict"])
     candidate = Candidate(
         args.model,
         args.baseline_model,
@@ -72,15 +70,11 @@ def main() -> None:
         args.baseline_evidence,
         checked_onnx_model(args.onnx) if args.onnx else None,
     )
-    predictor = Predictor(
-        DataSpec.from_config(args.settings),
+    predictor = Predictor.configured(
         args.settings,
         candidate,
         provenance,
-        k=options.top_k,
-        evidence_k=options.evidence_k,
-        chunk_rows=options.chunk_rows,
-        rules=LedgerRules.read(args.rules, args.rules_report) if args.rules else None,
+        LedgerRules.read(args.rules, args.rules_report) if args.rules else None,
     )
     paths = PredictPaths(args.predictions, args.rejects, args.review)
     predict_part(args.records, predictor, paths, args.shard, args.shards)

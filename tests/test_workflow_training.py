@@ -554,17 +554,9 @@ def test_the_registered_model_carries_its_runs_ledger_rules(trained, tmp_path):
     )
 
     def predict(rules: LedgerRules | None) -> pl.DataFrame:
-        predictor = Predictor(
-            DataSpec.from_config(settings),
-            settings,
-            candidate,
-            provenance,
-            k=options.top_k,
-            evidence_k=options.evidence_k,
-            chunk_rows=options.chunk_rows,
-            rules=rules,
+        predict_records(
+            source, Predictor.configured(settings, candidate, provenance, rules), outputs
         )
-        predict_records(source, predictor, outputs)
         return pl.read_parquet(outputs.predictions)
 
     suggested = predict(None)["predicted_label"].to_list()

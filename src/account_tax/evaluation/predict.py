@@ -44,6 +44,7 @@ from account_tax.evaluation.prediction_parts import (
     PART_FILES,
     PartWriter,
     PredictPaths,
+    PredictSettings,
     chunk_range,
     gather_parts,
 )
@@ -267,6 +268,28 @@ class Predictor:
         self.candidate, self.provenance = candidate, provenance
         self.k, self.evidence_k, self.chunk_rows = k, evidence_k, chunk_rows
         self.rules = rules
+
+    @classmethod
+    def configured(
+        cls,
+        settings: dict[str, Any],
+        candidate: Candidate,
+        provenance: Provenance,
+        rules: LedgerRules | None = None,
+    ) -> Predictor:
+        """The predictor of a workflow's settings: its records as `data` describes them, its
+        top k, evidence k and chunk rows from `predict`."""
+        options = PredictSettings.of(settings["predict"])
+        return cls(
+            DataSpec.from_config(settings),
+            settings,
+            candidate,
+            provenance,
+            k=options.top_k,
+            evidence_k=options.evidence_k,
+            chunk_rows=options.chunk_rows,
+            rules=rules,
+        )
 
     def serialized(
         self, records: pl.DataFrame, source_file: str
