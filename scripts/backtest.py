@@ -7,7 +7,7 @@ from account_tax import cli
 from account_tax.backtest.periods import BacktestSettings, dated_records
 from account_tax.backtest.replay import replay
 from account_tax.data.spec import DataSpec
-from account_tax.workflow_run import log_stage
+from account_tax.stage_log import log_stage
 
 
 def main() -> None:

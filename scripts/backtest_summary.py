@@ -8,7 +8,7 @@ import polars as pl
 from account_tax import cli
 from account_tax.backtest.plots import plot_backtest
 from account_tax.evaluation.assessment import ReviewSettings
-from account_tax.workflow_run import log_stage
+from account_tax.stage_log import log_stage
 
 
 def main() -> None:

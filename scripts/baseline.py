@@ -7,7 +7,7 @@ from pathlib import Path
 
 from account_tax import cli
 from account_tax.evaluation.baseline import BaselinePaths, BaselineSettings, summary, train_baseline
-from account_tax.workflow_run import log_stage
+from account_tax.stage_log import log_stage
 
 
 def main() -> None:

@@ -5,8 +5,8 @@ and a plot of validation macro-F1 against each swept setting."""
 from pathlib import Path
 
 from account_tax import cli
+from account_tax.stage_log import log_stage
 from account_tax.training.sweep import SELECTED_BY, SelectPaths, select
-from account_tax.workflow_run import log_stage
 
 
 def main() -> None:

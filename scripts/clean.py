@@ -9,7 +9,7 @@ from account_tax import cli
 from account_tax.data.clean import CleanSettings, clean, summary_table
 from account_tax.data.spec import DataSpec
 from account_tax.io import write_json
-from account_tax.workflow_run import log_stage
+from account_tax.stage_log import log_stage
 
 
 def main() -> None:

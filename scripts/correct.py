@@ -13,7 +13,7 @@ from account_tax.data.clean import CleanSettings
 from account_tax.data.corrections import apply_corrections
 from account_tax.data.spec import DataSpec
 from account_tax.io import write_json
-from account_tax.workflow_run import log_stage
+from account_tax.stage_log import log_stage
 
 
 def main() -> None:

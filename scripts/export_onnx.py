@@ -12,8 +12,8 @@ from account_tax.evaluation.predict import BATCH_SIZE
 from account_tax.evaluation.prediction_parts import PredictSettings
 from account_tax.evaluation.runtime_check import CHECK, check_runtime
 from account_tax.io import write_json
+from account_tax.stage_log import log_stage
 from account_tax.training.onnx_model import ONNX_MODEL, export_onnx
-from account_tax.workflow_run import log_stage
 
 
 def main() -> None:

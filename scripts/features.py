@@ -9,7 +9,7 @@ from account_tax import cli
 from account_tax.data.features import LABEL_MAP, FeatureSettings, build_features
 from account_tax.data.plots import plot_class_distribution
 from account_tax.data.spec import DataSpec
-from account_tax.workflow_run import log_stage
+from account_tax.stage_log import log_stage
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from account_tax import cli
 from account_tax.data.ingest import ingest
 from account_tax.data.spec import DataSpec
-from account_tax.workflow_run import log_stage
+from account_tax.stage_log import log_stage
 
 
 def main() -> None:

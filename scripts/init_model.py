@@ -4,8 +4,8 @@
 from pathlib import Path
 
 from account_tax import cli
+from account_tax.stage_log import log_stage
 from account_tax.tracking.champion import RegisterSettings, fetch_champion_model
-from account_tax.workflow_run import log_stage
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from account_tax.data.spec import DataSpec
 from account_tax.evaluation.assessment import ReviewSettings
 from account_tax.evaluation.ledger_rules import learn_rules, report, rule_columns
 from account_tax.io import write_json, write_parquet
-from account_tax.workflow_run import log_stage
+from account_tax.stage_log import log_stage
 
 log = logging.getLogger("ledger_rules")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from account_tax import cli
 from account_tax.evaluation.prediction_parts import PredictPaths, PredictSettings, gather_parts
 from account_tax.evaluation.shipped import read_shipped
+from account_tax.stage_log import log_stage
 from account_tax.training.training_info import read_training_info
-from account_tax.workflow_run import log_stage
 
 
 def main() -> None:

@@ -4,8 +4,8 @@ table and a plot for the report (the same numbers go to the MLflow run)."""
 from pathlib import Path
 
 from account_tax import cli
+from account_tax.rule_resources import benchmarks
 from account_tax.tracking.resources import plot_resources
-from account_tax.workflow_run import benchmarks
 
 
 def main() -> None:

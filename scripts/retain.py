@@ -11,9 +11,9 @@ deleted.
 from pathlib import Path
 
 from account_tax import cli
+from account_tax.stage_log import log_stage
 from account_tax.storage.retention import RetainSettings, retain
 from account_tax.storage.s3 import UploadSettings, client
-from account_tax.workflow_run import log_stage
 
 
 def main() -> None:

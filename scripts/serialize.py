@@ -6,7 +6,7 @@ from pathlib import Path
 from account_tax import cli
 from account_tax.data.serialize import SerializeSettings, serialize
 from account_tax.data.spec import DataSpec
-from account_tax.workflow_run import log_stage
+from account_tax.stage_log import log_stage
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from account_tax.data.plots import plot_split_distribution
 from account_tax.data.spec import DataSpec
 from account_tax.data.split import SplitSettings, counts_table, read_trained_rows, split
 from account_tax.settings import EvaluateSettings
-from account_tax.workflow_run import log_stage
+from account_tax.stage_log import log_stage
 
 
 def main() -> None:

@@ -27,11 +27,11 @@ from pathlib import Path
 
 from account_tax import cli
 from account_tax.settings import load_settings
+from account_tax.stage_log import log_history, log_stage, log_trial, read_run
 from account_tax.training.distributed import exit_worker
 from account_tax.training.loop import TrainPaths, train
 from account_tax.training.settings import TrainSettings
 from account_tax.training.stop_signals import TrainingStopped, die_on_stop_signals, stop_with_parent
-from account_tax.workflow_run import log_history, log_stage, log_trial, read_run
 
 HISTORY_SERIES = (
     "loss",

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from account_tax import cli
 from account_tax.io import write_json
+from account_tax.stage_log import log_stage
 from account_tax.storage.s3 import (
     MIB,
     RunInfo,
@@ -31,7 +32,6 @@ from account_tax.storage.s3 import (
     upload_checkpoint,
     upload_segment,
 )
-from account_tax.workflow_run import log_stage
 
 log = logging.getLogger("account_tax")
 

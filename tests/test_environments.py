@@ -40,10 +40,6 @@ RULES = read_rules()
 
 # Import names that more than one distribution provides, and which of them really serve it.
 IMPORT_PROVIDERS = {"mlflow": {"mlflow", "mlflow-skinny"}}
-# What a distribution needs at run time beyond its declared dependencies, for the way the
-# workflow uses it: the MLflow client reads the default SQLite store through SQLAlchemy and
-# Alembic, which mlflow-skinny does not declare.
-RUNTIME_NEEDS = {"mlflow-skinny": {"sqlalchemy", "alembic"}}
 
 
 def pyproject_pins() -> dict[str, str]:
@@ -214,9 +210,6 @@ def test_every_package_a_stage_imports_is_in_its_env(rule):
         if not providers(top) & available
     ]
     assert not missing, f"rule {rule.name}: envs/{env.name}.yaml lacks {missing}"
-    for name, needs in RUNTIME_NEEDS.items():
-        if name in available:
-            assert needs <= available, f"envs/{env.name}.yaml: {name} also needs {needs}"
 
 
 def test_the_model_package_of_the_default_config_is_in_the_train_env():

@@ -1,16 +1,15 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from mlflow import MlflowClient
 
+from account_tax.rule_resources import read_benchmark
+from account_tax.stage_log import MAX_PARAM_LENGTH, flatten, log_stage
 from account_tax.workflow_run import (
-    MAX_PARAM_LENGTH,
     close_abandoned_run,
     finish_run,
-    flatten,
-    log_stage,
-    read_benchmark,
     redact_command,
     start_run,
     without_userinfo,
@@ -59,6 +58,18 @@ def test_benchmark_file_gives_wall_time_and_peak_memory(tmp_path):
     assert read_benchmark(path) == {"wall_s": 0.5, "max_rss_mb": 0.0}
 
 
+# A job records its stage, then Snakemake removes its output, as it does a temporary one.
+JOB = """
+import sys
+from pathlib import Path
+from account_tax.stage_log import log_stage
+run_file, counts, plots = map(Path, sys.argv[1:])
+log_stage(run_file, "clean", {"rows_in": 2}, [counts, plots])
+counts.unlink()
+print(sorted(name for name in ("mlflow", "sqlalchemy") if name in sys.modules))
+"""
+
+
 def test_run_lifecycle_against_a_real_sqlite_store(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     raw = tmp_path / "ledger.csv"
@@ -68,16 +79,28 @@ def test_run_lifecycle_against_a_real_sqlite_store(tmp_path, monkeypatch):
     record = start_run(config, [raw], run_file, repo=tmp_path, command="snakemake --cores 2")
     assert json.loads(run_file.read_text())["run_id"] == record["run_id"]
 
-    stage_file = tmp_path / "counts.json"
-    stage_file.write_text("{}")
-    log_stage(run_file, "clean", {"rows_in": 2}, [stage_file])
+    counts = tmp_path / "counts.json"
+    counts.write_text('{"rows_in": 2}')
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    (plots / "rows.png").write_bytes(b"png")
+    job = subprocess.run(
+        [sys.executable, "-c", JOB, run_file, counts, plots],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    # The job loaded neither MLflow nor the store's database library.
+    assert job.stdout.strip() == "[]"
+    mlflow = MlflowClient(tracking_uri=record["tracking_uri"])
+    assert mlflow.get_run(record["run_id"]).data.metrics == {}
+
     bench = tmp_path / "benchmarks"
     (bench / "serialize").mkdir(parents=True)
     (bench / "serialize" / "train.tsv").write_text("s\tmax_rss\n1.5\t20.0\n")
     finished = finish_run(run_file, bench, "FINISHED", repo=tmp_path)
     assert finished["status"] == "FINISHED"
 
-    mlflow = MlflowClient(tracking_uri=record["tracking_uri"])
     run = mlflow.get_run(record["run_id"])
     assert run.info.status == "FINISHED"
     assert run.data.metrics == {
@@ -85,12 +108,18 @@ def test_run_lifecycle_against_a_real_sqlite_store(tmp_path, monkeypatch):
         "serialize/train/wall_s": 1.5,
         "serialize/train/max_rss_mb": 20.0,
     }
+    (rows_in,) = mlflow.get_metric_history(record["run_id"], "clean/rows_in")
+    # Stamped when the job recorded it, not when the workflow logged it.
+    assert rows_in.timestamp < run.info.end_time
     assert run.data.params["data/path"] == str(raw)
     assert run.data.tags["git_commit"] == "unknown"  # tmp_path is not a git checkout
     assert run.data.tags["command"] == "snakemake --cores 2"
-    assert [a.path for a in mlflow.list_artifacts(record["run_id"], "clean")] == [
-        "clean/counts.json"
-    ]
+    artifacts = [a.path for a in mlflow.list_artifacts(record["run_id"], "clean")]
+    assert artifacts == ["clean/counts.json", "clean/plots"]
+    downloaded = Path(mlflow.download_artifacts(record["run_id"], "clean", tmp_path / "got"))
+    assert (downloaded / "counts.json").read_text() == '{"rows_in": 2}'
+    assert (downloaded / "plots" / "rows.png").read_bytes() == b"png"
+    assert not any((run_file.parent / "spool").iterdir())
     assert record["tracking_uri"] == f"sqlite:///{tmp_path / 'tracking' / 'mlflow.db'}"
 
 
@@ -110,10 +139,13 @@ def test_a_run_left_running_by_a_dead_workflow_is_closed_as_killed(tmp_path, mon
     run = json.loads(run_file.read_text())
     run["owner"] |= {"pid": ended.pid}
     run_file.write_text(json.dumps(run))
+    # A stage that ended before the kill.
+    log_stage(run_file, "ingest", {"rows": 3})
     closed = close_abandoned_run(run_file)
     assert closed["status"] == json.loads(run_file.read_text())["status"] == "KILLED"
     killed = mlflow.get_run(record["run_id"])
     assert killed.info.status == "KILLED"
+    assert killed.data.metrics == {"ingest/rows": 3.0}
     assert f"workflow process {ended.pid}" in killed.data.tags["closed_because"]
     assert close_abandoned_run(run_file) is None  # closed once
 

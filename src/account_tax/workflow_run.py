@@ -2,8 +2,9 @@
 
 The first rule creates the run (tags: code version, package versions, config hash, the sha256 of
 every raw input, host, command line; params: the whole config, namespaced by section) and writes
-`run.json`. Each stage logs its metrics and small artifacts under its own name (`clean/rows_in`);
-the last rule adds each rule's wall time and peak memory and closes the run.
+`run.json`. Each stage records its metrics and small artifacts under its own name
+(`clean/rows_in`) in a spool beside the run file; the last hook logs them, adds each rule's wall
+time and peak memory and closes the run. A job opens the store only to register or fetch a model.
 
 The store is `MLFLOW_TRACKING_URI` when set (a server; its token stays in the environment),
 else a local SQLite file under the results folder. Nothing from the environment is logged.
@@ -16,13 +17,13 @@ store and the experiment, the other waits and then adds its run to them.
 
 from __future__ import annotations
 
-import csv
 import fcntl
 import hashlib
 import json
 import logging
 import os
 import re
+import shutil
 import socket
 import subprocess
 import time
@@ -38,7 +39,9 @@ from urllib.parse import urlsplit, urlunsplit
 import psutil
 
 from account_tax.io import sha256_file, write_json
+from account_tax.rule_resources import benchmarks
 from account_tax.settings import SectionView
+from account_tax.stage_log import flatten, read_run, spool_dir
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +56,6 @@ TRACKED_PACKAGES = (
     "mlflow",
     "boto3",
 )
-MAX_PARAM_LENGTH = 6000  # MLflow's limit for one param value
 SECRET_WORDS = re.compile(r"secret|token|password|passwd|credential|access.?key", re.I)
 
 
@@ -129,21 +131,6 @@ def store_lock(uri: str) -> Iterator[None]:
 
 def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
-
-
-def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Nested config to `section/key` params; lists as JSON, cut to MLflow's length limit."""
-    params: dict[str, str] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            params |= flatten(value, f"{name}/")
-            continue
-        text = value if isinstance(value, str) else json.dumps(value)
-        if len(text) > MAX_PARAM_LENGTH:
-            text = text[: MAX_PARAM_LENGTH - 1] + "…"
-        params[name] = text
-    return params
 
 
 def code_version(repo: Path) -> dict[str, str]:
@@ -262,6 +249,8 @@ def close_abandoned_run(run_file: Path) -> dict[str, Any] | None:
     mlflow, run = run_client(run_file)
     if run["status"] != "RUNNING" or owner_alive(run["owner"]):
         return None
+    # What its jobs finished before the kill is still theirs.
+    log_spooled(mlflow, run_file)
     if mlflow.get_run(run["run_id"]).info.status == "RUNNING":
         owner = run["owner"]
         reason = (
@@ -275,152 +264,87 @@ def close_abandoned_run(run_file: Path) -> dict[str, Any] | None:
     return run
 
 
-def read_run(run_file: Path) -> dict[str, Any]:
-    return json.loads(run_file.read_text(encoding="utf-8"))
-
-
 def run_client(run_file: Path):
     """The client for the run in `run_file`; the environment's URI wins (it may hold a token)."""
     run = read_run(run_file)
     return client(os.environ.get("MLFLOW_TRACKING_URI") or run["tracking_uri"]), run
 
 
-def log_batch(mlflow, run_id: str, *, metrics=None, params=None, tags=None) -> None:
+def log_batch(
+    mlflow,
+    run_id: str,
+    *,
+    metrics: Iterable[tuple[str, float, int]] = (),
+    params: Mapping[str, str] | None = None,
+    tags: Mapping[str, str] | None = None,
+    timestamp: int | None = None,
+) -> None:
+    """Log `(name, value, step)` metrics, params and tags in as few calls as MLflow allows."""
     from mlflow.entities import Metric, Param, RunTag
 
-    now = int(time.time() * 1000)
-    metric_list = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()]
+    now = timestamp or int(time.time() * 1000)
+    metric_list = [Metric(name, float(value), now, step) for name, value, step in metrics]
     param_list = [Param(k, v) for k, v in (params or {}).items()]
     tag_list = [RunTag(k, v) for k, v in (tags or {}).items()]
-    # MLflow caps one batch at 1000 metrics and 100 params.
-    for start in range(0, max(len(metric_list), len(param_list), len(tag_list), 1), 100):
+    # MLflow caps one batch at 1000 metrics and 100 params or tags.
+    for start in range(0, len(metric_list), 1000):
+        mlflow.log_batch(run_id, metrics=metric_list[start : start + 1000])
+    for start in range(0, max(len(param_list), len(tag_list)), 100):
         mlflow.log_batch(
+            run_id, params=param_list[start : start + 100], tags=tag_list[start : start + 100]
+        )
+
+
+def log_spooled(mlflow, run_file: Path) -> int:
+    """Log the spool's records into MLflow in the order they were written, each removed once
+    logged; returns how many there were."""
+    folder = spool_dir(run_file)
+    records = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    for path in records:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        run_id, trial = record["run_id"], record["trial"]
+        if trial is not None:
+            parent = mlflow.get_run(run_id)
+            run_id = mlflow.create_run(
+                parent.info.experiment_id,
+                run_name=trial["name"],
+                tags={"mlflow.parentRunId": record["run_id"], "sweep/trial": trial["name"]},
+            ).info.run_id
+        log_batch(
+            mlflow,
             run_id,
-            metrics=metric_list[start : start + 100],
-            params=param_list[start : start + 100],
-            tags=tag_list[start : start + 100],
+            metrics=[tuple(metric) for metric in record["metrics"]],
+            params=trial and trial["params"],
+            tags=record["tags"],
+            timestamp=record["timestamp"],
         )
-
-
-def log_stage(
-    run_file: Path | None,
-    stage: str,
-    metrics: Mapping[str, float] | None = None,
-    artifacts: Iterable[Path] = (),
-    tags: Mapping[str, str] | None = None,
-) -> None:
-    """Log a stage's metrics and tags as `<stage>/<name>` and its artifacts under `<stage>/`.
-
-    Does nothing without a run file, so every script also runs on its own.
-    """
-    if run_file is None:
-        return
-    if not run_file.exists():
-        log.warning(
-            "no MLflow run file at %s (workflow started without hooks?): not logged", run_file
-        )
-        return
-    mlflow, run = run_client(run_file)
-    log_batch(
-        mlflow,
-        run["run_id"],
-        metrics={f"{stage}/{k}": v for k, v in (metrics or {}).items()},
-        tags={f"{stage}/{k}": v for k, v in (tags or {}).items()},
-    )
-    for path in artifacts:
-        if path.is_dir():
-            mlflow.log_artifacts(run["run_id"], str(path), artifact_path=f"{stage}/{path.name}")
-        else:
-            mlflow.log_artifact(run["run_id"], str(path), artifact_path=stage)
-    log.info("logged %s to MLflow run %s", stage, run["run_id"])
-
-
-def log_history(
-    run_file: Path | None, stage: str, records: Iterable[Mapping[str, Any]], keys: Iterable[str]
-) -> None:
-    """Per-step series (`<stage>/<key>` at each record's `step`): MLflow draws them as curves."""
-    if run_file is None or not run_file.exists():
-        return
-    mlflow, run = run_client(run_file)
-    log_curves(mlflow, run["run_id"], records, keys, f"{stage}/")
-
-
-def log_curves(
-    mlflow, run_id: str, records: Iterable[Mapping[str, Any]], keys: Iterable[str], prefix: str
-) -> None:
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    keys = tuple(keys)
-    metrics = [
-        Metric(f"{prefix}{key}", float(record[key]), now, int(record["step"]))
-        for record in records
-        for key in keys
-        if record.get(key) is not None
-    ]
-    for start in range(0, len(metrics), 1000):
-        mlflow.log_batch(run_id, metrics=metrics[start : start + 1000])
-
-
-def log_trial(
-    run_file: Path | None,
-    name: str,
-    settings: Mapping[str, Any],
-    metrics: Mapping[str, float],
-    history: Iterable[Mapping[str, Any]],
-    keys: Iterable[str],
-) -> None:
-    """A sweep trial as a nested run of the workflow run: its train settings as params, its
-    metrics, and its per-step curves as `history/<key>`."""
-    if run_file is None or not run_file.exists():
-        return
-    mlflow, run = run_client(run_file)
-    parent = mlflow.get_run(run["run_id"])
-    child = mlflow.create_run(
-        parent.info.experiment_id,
-        run_name=name,
-        tags={"mlflow.parentRunId": run["run_id"], "sweep/trial": name},
-    ).info.run_id
-    log_batch(mlflow, child, metrics=metrics, params=flatten(settings, "train/"))
-    # Apart from the metrics: a run shows each name's value at the latest step.
-    log_curves(mlflow, child, history, keys, "history/")
-    mlflow.set_terminated(child, "FINISHED")
-    log.info("logged sweep trial %s to MLflow run %s (in run %s)", name, child, run["run_id"])
-
-
-def read_benchmark(path: Path) -> dict[str, float]:
-    """Wall seconds and peak resident memory (MB) from a Snakemake `benchmark:` file."""
-    with path.open(encoding="utf-8") as handle:
-        row = list(csv.DictReader(handle, delimiter="\t"))[-1]
-
-    def number(key: str) -> float:
-        value = row.get(key, "NA")
-        return float(value) if value not in ("NA", "", "-") else 0.0
-
-    return {"wall_s": number("s"), "max_rss_mb": number("max_rss")}
-
-
-def benchmarks(benchmark_root: Path) -> dict[str, tuple[Path, dict[str, float]]]:
-    """Every rule's benchmark file and numbers, by rule (`serialize/train` for wildcard rules)."""
-    return {
-        path.relative_to(benchmark_root).with_suffix("").as_posix(): (path, read_benchmark(path))
-        for path in sorted(benchmark_root.rglob("*.tsv"))
-    }
+        for file, artifact_path in record["artifacts"]:
+            if (folder / file).is_dir():
+                mlflow.log_artifacts(run_id, str(folder / file), artifact_path=artifact_path)
+            else:
+                mlflow.log_artifact(run_id, str(folder / file), artifact_path=artifact_path)
+        if trial is not None:
+            mlflow.set_terminated(run_id, "FINISHED")
+        shutil.rmtree(folder / path.stem, ignore_errors=True)
+        path.unlink()
+    return len(records)
 
 
 def finish_run(run_file: Path, benchmark_root: Path, status: str, *, repo: Path) -> dict[str, Any]:
-    """Log every rule's wall time and peak memory, the code version at the end, and the status.
+    """Log the spooled records of the stages, every rule's wall time and peak memory, the code
+    version at the end, and the status.
 
     A rule whose benchmark file predates the run did not run in it: its outputs were up to date
     and reused from an earlier run, and the `reused_rules` tag names it.
     """
     mlflow, run = run_client(run_file)
-    metrics: dict[str, float] = {}
+    log_spooled(mlflow, run_file)
+    metrics: list[tuple[str, float, int]] = []
     reused: list[str] = []
     for rule, (path, numbers) in benchmarks(benchmark_root).items():
         # A sweep trial's name (`lora.r~8`) has characters MLflow refuses in a metric's name.
         rule = re.sub(r"[^\w\-. :/]", "-", rule)
-        metrics |= {f"{rule}/{name}": value for name, value in numbers.items()}
+        metrics += [(f"{rule}/{name}", value, 0) for name, value in numbers.items()]
         if path.stat().st_mtime < run["started_at"]:
             reused.append(rule)
     tags = {**code_version(repo), "reused_rules": ",".join(reused) or "none"}

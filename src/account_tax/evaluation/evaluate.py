@@ -70,10 +70,10 @@ from account_tax.evaluation.unseen_classes import (
 )
 from account_tax.io import write_json, write_parquet
 from account_tax.settings import EvaluateSettings
+from account_tax.stage_log import log_stage, read_run
 from account_tax.training.evidence import ACCOUNT, INDEX_DIR, EvidenceIndex, Neighbours, Vectors
 from account_tax.training.inference import load_classifier, model_temperature, score_texts
 from account_tax.training.training_info import read_training_info
-from account_tax.workflow_run import log_stage, read_run
 
 SPLITS = ("validation", "test")
 

@@ -65,9 +65,10 @@ from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, LABEL, PREDICTED_LABEL, TOP_K_LABELS
 from account_tax.io import PACKAGE_PREFIX, sha256_file, write_json
 from account_tax.settings import SOURCE_ROW, EvaluateSettings
+from account_tax.stage_log import log_stage
 from account_tax.tracking.champion import RegisterSettings, current_version
 from account_tax.training.training_info import read_training_info
-from account_tax.workflow_run import log_stage, run_client, store_lock
+from account_tax.workflow_run import run_client, store_lock
 
 log = logging.getLogger(__name__)
 
