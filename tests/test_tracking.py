@@ -58,13 +58,15 @@ def test_benchmark_file_gives_wall_time_and_peak_memory(tmp_path):
     assert read_benchmark(path) == {"wall_s": 0.5, "max_rss_mb": 0.0}
 
 
-# A job records its stage, then Snakemake removes its output, as it does a temporary one.
+# A job records its stage (a count as numpy gives it), then Snakemake removes its output, as it
+# does a temporary one.
 JOB = """
 import sys
 from pathlib import Path
+import numpy
 from account_tax.stage_log import log_stage
 run_file, counts, plots = map(Path, sys.argv[1:])
-log_stage(run_file, "clean", {"rows_in": 2}, [counts, plots])
+log_stage(run_file, "clean", {"rows_in": numpy.int64(2)}, [counts, plots])
 counts.unlink()
 print(sorted(name for name in ("mlflow", "sqlalchemy") if name in sys.modules))
 """

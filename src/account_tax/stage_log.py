@@ -56,16 +56,16 @@ def spool(
     tags: Mapping[str, str] | None = None,
     artifacts: Iterable[tuple[Path, str]] = (),
     trial: Mapping[str, Any] | None = None,
-) -> bool:
-    """Write one record for the workflow's run; returns whether it did. Artifacts are copied:
-    a temporary output may be gone when the record is logged."""
+) -> None:
+    """Write one record for the workflow's run. Artifacts are copied: a temporary output may be
+    gone when the record is logged."""
     if run_file is None:
-        return False
+        return
     if not run_file.exists():
         log.warning(
             "no MLflow run file at %s (workflow started without hooks?): not logged", run_file
         )
-        return False
+        return
     folder = spool_dir(run_file)
     # Names sort in the order the records were written.
     stem = f"{time.time_ns():020d}-{os.getpid()}-" + re.sub(r"[^\w.-]", "-", name)
@@ -81,14 +81,13 @@ def spool(
     record = {
         "run_id": read_run(run_file)["run_id"],
         "timestamp": int(time.time() * 1000),
-        "metrics": [list(metric) for metric in metrics],
-        "tags": dict(tags or {}),
+        "metrics": [[name, float(value), int(step)] for name, value, step in metrics],
+        "tags": {k: str(v) for k, v in (tags or {}).items()},
         "artifacts": copied,
         "trial": trial,
     }
     write_json(folder / f"{stem}.json", record)
     log.info("recorded %s for MLflow run %s", name, record["run_id"])
-    return True
 
 
 def log_stage(
@@ -116,7 +115,7 @@ def curves(
     """Per-step series (`<prefix><key>` at each record's `step`): MLflow draws them as curves."""
     keys = tuple(keys)
     return [
-        (f"{prefix}{key}", float(record[key]), int(record["step"]))
+        (f"{prefix}{key}", record[key], record["step"])
         for record in records
         for key in keys
         if record.get(key) is not None
