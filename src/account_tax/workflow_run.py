@@ -295,9 +295,9 @@ def log_batch(
         )
 
 
-def log_spooled(mlflow, run_file: Path) -> int:
+def log_spooled(mlflow, run_file: Path) -> None:
     """Log the spool's records into MLflow in the order they were written, each removed once
-    logged; returns how many there were."""
+    logged."""
     folder = spool_dir(run_file)
     records = sorted(folder.glob("*.json")) if folder.is_dir() else []
     for path in records:
@@ -313,7 +313,7 @@ def log_spooled(mlflow, run_file: Path) -> int:
         log_batch(
             mlflow,
             run_id,
-            metrics=[tuple(metric) for metric in record["metrics"]],
+            metrics=record["metrics"],
             params=trial and trial["params"],
             tags=record["tags"],
             timestamp=record["timestamp"],
@@ -327,7 +327,6 @@ def log_spooled(mlflow, run_file: Path) -> int:
             mlflow.set_terminated(run_id, "FINISHED")
         shutil.rmtree(folder / path.stem, ignore_errors=True)
         path.unlink()
-    return len(records)
 
 
 def finish_run(run_file: Path, benchmark_root: Path, status: str, *, repo: Path) -> dict[str, Any]:
