@@ -283,7 +283,7 @@ def log_batch(
     from mlflow.entities import Metric, Param, RunTag
 
     now = timestamp or int(time.time() * 1000)
-    metric_list = [Metric(name, float(value), now, step) for name, value, step in metrics]
+    metric_list = [Metric(name, value, now, step) for name, value, step in metrics]
     param_list = [Param(k, v) for k, v in (params or {}).items()]
     tag_list = [RunTag(k, v) for k, v in (tags or {}).items()]
     # MLflow caps one batch at 1000 metrics and 100 params or tags.
