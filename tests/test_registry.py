@@ -1,6 +1,7 @@
 """Who gets the champion alias: a real SQLite Model Registry with versions whose test
 predictions are real files; the decision moves the alias only as docs/serving.md says."""
 
+import datetime
 import json
 from pathlib import Path
 
@@ -13,7 +14,9 @@ from sample_ledger import ledger_row, ledger_spec
 
 from account_tax.data.ingest import ingest
 from account_tax.errors import DataError
+from account_tax.evaluation.ledger_rules import RuleSettings, learn_rules, report
 from account_tax.evaluation.shipped import ShippedCandidate
+from account_tax.io import sha256_file, write_json, write_parquet
 from account_tax.tracking.champion import RegisterSettings, fetch_champion_model
 from account_tax.tracking.registry import (
     TEST_PREDICTIONS,
@@ -21,7 +24,9 @@ from account_tax.tracking.registry import (
     champion_decision,
     check_request,
     evaluated_rows_sha256,
+    ledger_rules_tags,
     request_records,
+    rules_sentence,
 )
 
 LABELS = ["1000", "2000", "3000", "4000"]
@@ -206,3 +211,33 @@ def test_the_champions_model_is_fetched_where_a_warm_start_begins(registry, tmp_
 def test_without_a_champion_a_warm_start_from_it_says_so(registry, tmp_path):
     with pytest.raises(DataError, match=r"no version of model 'm' holds alias 'champion'"):
         fetch_champion_model(run_file(registry), RegisterSettings.of(name="m"), tmp_path / "x")
+
+
+@pytest.mark.parametrize(("target", "trusted"), [(0.5, "trusted"), (0.99, "not trusted")])
+def test_a_version_names_its_ledger_rules_and_whether_they_may_post(tmp_path, target, trusted):
+    """The rules and replay report as the ledger_rules job writes them: acme booked to one account
+    on 20 dates, globex to two."""
+    rows = [("acme", n, "4930") for n in range(20)] + [("globex", 0, "4210"), ("globex", 1, "1800")]
+    ledger = pl.LazyFrame(
+        [
+            {
+                "vendor": v,
+                "date": datetime.date(2024, 1, 1) + datetime.timedelta(days=n),
+                "account": a,
+            }
+            for v, n, a in rows
+        ]
+    )
+    settings = RuleSettings.of({"columns": ["vendor"]})
+    rules, replay = tmp_path / "rules.parquet", tmp_path / "report.json"
+    write_parquet(learn_rules(ledger, ["vendor"], "account", settings.min_bookings), rules)
+    write_json(replay, report(ledger, "account", "date", settings, target, 0.95))
+    tags = ledger_rules_tags(rules, replay)
+    assert tags == {
+        "ledger_rules": trusted,
+        "ledger_rules_count": "1",
+        "ledger_rules_sha256": sha256_file(rules),
+    }
+    assert rules_sentence(tags) == f"1 learned, {trusted}"
+    assert ledger_rules_tags(None, None) == {"ledger_rules": "none"}
+    assert rules_sentence({"ledger_rules": "none"}) == "none"

@@ -963,6 +963,8 @@ def test_registered_with_candidate_alias_and_champion_only_when_better(trained):
     receipt = workdir / f"results/upload/receipts/model/{run.info.run_id}.json"
     assert version.tags["model_receipt_sha256"] == sha256_file(receipt)
     assert version.tags["model_s3_uri"].startswith(f"s3://{BUCKET}/workflow-test/")
+    # This run has no review.rules: the version says so.
+    assert version.tags["ledger_rules"] == "none"
     # One stored copy: the run's artifacts, which the version's source points into.
     stored = Path(version.source.removeprefix("file://"))
     assert stored.is_relative_to(workdir / "results/tracking/artifacts")
@@ -972,6 +974,7 @@ def test_registered_with_candidate_alias_and_champion_only_when_better(trained):
     assert "torch==2.13.0" in requirements and "mlflow==3.17.2" in requirements
     summary = (workdir / "results/register/summary.html").read_text()
     assert record["model_uri"] in summary and record["champion"]["why"] in summary
+    assert "Ledger rules: none." in summary
 
 
 def test_registered_model_loads_and_gives_predicts_output_on_the_test_split(trained, monkeypatch):

@@ -472,6 +472,19 @@ class RegisterPaths:
     summary: Path
 
 
+def ledger_rules_tags(rules: Path | None, report: Path | None) -> dict[str, str]:
+    """What a version says of its ledger rules: none, or how many, whether they may post, and
+    the rules file's sha256, so the registry shows what a served suggestion can rest on."""
+    if rules is None or report is None:
+        return {"ledger_rules": "none"}
+    read = LedgerRules.read(rules, report)
+    return {
+        "ledger_rules": "trusted" if read.trusted else "not trusted",
+        "ledger_rules_count": str(read.rules.height),
+        "ledger_rules_sha256": sha256_file(rules),
+    }
+
+
 def register(paths: RegisterPaths, settings: dict[str, Any], tracking: Path) -> dict[str, Any]:
     """Save the prediction path as a pyfunc model, log it into the workflow's run (`tracking`,
     its run file) and register it as a new version with the candidate alias; move the champion
@@ -494,6 +507,7 @@ def register(paths: RegisterPaths, settings: dict[str, Any], tracking: Path) -> 
     }
     if paths.model_receipt is not None:
         tags["model_receipt_sha256"] = sha256_file(paths.model_receipt)
+    tags |= ledger_rules_tags(paths.rules, paths.rules_report)
     with tempfile.TemporaryDirectory(prefix="register-") as scratch:
         folder = Path(scratch) / ARTIFACT_PATH
         save_prediction_model(
@@ -571,6 +585,12 @@ def register(paths: RegisterPaths, settings: dict[str, Any], tracking: Path) -> 
     return record
 
 
+def rules_sentence(tags: dict[str, str]) -> str:
+    if tags["ledger_rules"] == "none":
+        return "none"
+    return f"{tags['ledger_rules_count']} learned, {tags['ledger_rules']}"
+
+
 def summary_html(record: dict, champion_alias: str) -> str:
     moved = "moved to this version" if record["champion"]["moved"] else "not moved"
     return (
@@ -579,5 +599,5 @@ def summary_html(record: dict, champion_alias: str) -> str:
         f"({record['stored_bytes'] / 1e6:.1f} MB at <code>{html.escape(record['source'])}</code>)"
         f", aliases {html.escape(', '.join(record['aliases']))}.</p>"
         f"<p>{html.escape(champion_alias)}: {moved}: {html.escape(record['champion']['why'])}."
-        "</p></body></html>\n"
+        f"</p><p>Ledger rules: {html.escape(rules_sentence(record['tags']))}.</p></body></html>\n"
     )
