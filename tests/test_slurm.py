@@ -220,33 +220,26 @@ def test_training_spanned_two_nodes_with_one_torchrun_each(slurm_run, cluster):
 def test_sharded_predict_on_slurm_equals_one_job(slurm_run, cluster):
     """`predict.shards: 2` scores the ledger (65 rows, chunks of 16) in two SLURM jobs and gathers
     one predictions, one review and one rejects file, identical (rows, order, values) to those
-    of the same rule with one shard."""
+    of the same rule with one shard, run here without the cluster."""
     workdir, _ = slurm_run
     config = yaml.safe_load((workdir / "config.yaml").read_text())
     targets = [f"results/predict/ledger{suffix}.parquet" for suffix in ("", ".review", ".rejects")]
+    # The model's upload is not what this test is about (and needs an S3 server).
+    config["upload"] = {"enabled": False}
     outputs = {}
-    for shards in (2, 1):
+    on_slurm = (["--profile", str(PROFILE), *CLUSTER_OVERRIDES], cluster.env)
+    for shards, (executor, env) in ((2, on_slurm), (1, (["--cores", "2"], None))):
         config["predict"] = {
             "inputs": {"ledger": str(workdir / "ledger.csv")},
             "shards": shards,
             "chunk_rows": 16,
         }
-        # The model's upload is not what this test is about (and needs an S3 server).
-        config["upload"] = {"enabled": False}
-        result = run_snakemake(
-            workdir,
-            targets[0],
-            "--profile",
-            str(PROFILE),
-            *CLUSTER_OVERRIDES,
-            config=config,
-            env=cluster.env,
-        )
+        result = run_snakemake(workdir, targets[0], *executor, config=config, env=env)
         assert result.returncode == 0, result.stderr[-6000:]
         assert jobs_run(result)["predict_shard"] == shards
         outputs[shards] = [pl.read_parquet(workdir / target) for target in targets]
     shard_jobs = slurm_job_ids(workdir)["predict_shard"]
-    assert len(shard_jobs) == 3
+    assert len(shard_jobs) == 2
     for job_id in shard_jobs:
         assert scontrol_job(cluster, job_id)["JobState"] == "COMPLETED"
     predictions, review, rejects = outputs[1]
