@@ -227,8 +227,11 @@ def test_sharded_predict_on_slurm_equals_one_job(slurm_run, cluster):
     # The model's upload is not what this test is about (and needs an S3 server).
     config["upload"] = {"enabled": False}
     outputs = {}
-    on_slurm = (["--profile", str(PROFILE), *CLUSTER_OVERRIDES], cluster.env)
-    for shards, (executor, env) in ((2, on_slurm), (1, (["--cores", "2"], None))):
+    runs = [
+        (2, ["--profile", str(PROFILE), *CLUSTER_OVERRIDES], cluster.env),
+        (1, ["--cores", "2"], None),
+    ]
+    for shards, executor, env in runs:
         config["predict"] = {
             "inputs": {"ledger": str(workdir / "ledger.csv")},
             "shards": shards,
