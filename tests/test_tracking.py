@@ -3,13 +3,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from mlflow import MlflowClient
 
 from account_tax.rule_resources import read_benchmark
-from account_tax.stage_log import MAX_PARAM_LENGTH, flatten, log_stage
+from account_tax.stage_log import MAX_PARAM_LENGTH, flatten, log_stage, log_trial
 from account_tax.workflow_run import (
     close_abandoned_run,
     finish_run,
+    log_spooled,
     redact_command,
     start_run,
     without_userinfo,
@@ -159,6 +161,63 @@ def test_a_run_left_running_by_a_dead_workflow_is_closed_as_killed(tmp_path, mon
     run_file.write_text(json.dumps(run))
     assert close_abandoned_run(run_file) is None
     assert mlflow.get_run(record["run_id"]).info.status == "FINISHED"
+
+
+class KilledAtFirstBatch(MlflowClient):
+    """A client whose first `log_batch` never returns, as when the workflow process is killed
+    there: the records stay in the spool for the next pass."""
+
+    def log_batch(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+
+def test_a_trial_logged_again_after_a_kill_is_still_one_nested_run(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    run_file = tmp_path / "tracking" / "run.json"
+    record = start_run(
+        {"tracking": {"experiment": "unit"}}, [], run_file, repo=tmp_path, command=""
+    )
+    history = [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}]
+    log_trial(run_file, "lora.r~8", {"lora": {"r": 8}}, {"macro_f1": 0.5}, history, ["loss"])
+    with pytest.raises(KeyboardInterrupt):
+        log_spooled(KilledAtFirstBatch(tracking_uri=record["tracking_uri"]), run_file)
+    finish_run(run_file, tmp_path / "benchmarks", "FINISHED", repo=tmp_path)
+
+    mlflow = MlflowClient(tracking_uri=record["tracking_uri"])
+    experiment = mlflow.get_run(record["run_id"]).info.experiment_id
+    parent = f"tags.mlflow.parentRunId = '{record['run_id']}'"
+    (trial,) = mlflow.search_runs([experiment], parent)
+    assert trial.info.run_name == "lora.r~8"
+    assert trial.info.status == "FINISHED"
+    assert trial.data.params == {"train/lora/r": "8"}
+    assert trial.data.metrics == {"macro_f1": 0.5, "history/loss": 1.5}
+    steps = mlflow.get_metric_history(trial.info.run_id, "history/loss")
+    assert [(m.step, m.value) for m in steps] == [(1, 2.0), (2, 1.5)]
+    assert not any((run_file.parent / "spool").iterdir())
+
+
+def test_copies_a_killed_job_left_without_a_record_are_removed_at_the_end(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    run_file = tmp_path / "tracking" / "run.json"
+    record = start_run(
+        {"tracking": {"experiment": "unit"}}, [], run_file, repo=tmp_path, command=""
+    )
+    report = tmp_path / "report.json"
+    report.write_text("{}")
+    log_stage(run_file, "clean", {"rows_in": 2}, [report])
+    log_stage(run_file, "split", {"rows": 2}, [report])
+    # The split job died after copying its artifact, before writing its record.
+    (split_record,) = (run_file.parent / "spool").glob("*-split.json")
+    split_record.unlink()
+
+    finish_run(run_file, tmp_path / "benchmarks", "FINISHED", repo=tmp_path)
+    assert not any((run_file.parent / "spool").iterdir())
+    assert f"removing {split_record.with_suffix('')}" in caplog.text
+    mlflow = MlflowClient(tracking_uri=record["tracking_uri"])
+    assert mlflow.get_run(record["run_id"]).data.metrics == {"clean/rows_in": 2.0}
+    assert [a.path for a in mlflow.list_artifacts(record["run_id"])] == ["clean", "config.json"]
 
 
 def test_stage_without_run_file_logs_nothing(tmp_path):

@@ -304,12 +304,17 @@ def log_spooled(mlflow, run_file: Path) -> None:
         record = json.loads(path.read_text(encoding="utf-8"))
         run_id, trial = record["run_id"], record["trial"]
         if trial is not None:
-            parent = mlflow.get_run(run_id)
-            run_id = mlflow.create_run(
-                parent.info.experiment_id,
-                run_name=trial["name"],
-                tags={"mlflow.parentRunId": record["run_id"], "sweep/trial": trial["name"]},
-            ).info.run_id
+            # Noted in the record as soon as it exists, so that a pass cut short by a kill and
+            # repeated by the next start logs into the same nested run instead of a second one.
+            if "trial_run_id" not in record:
+                parent = mlflow.get_run(run_id)
+                record["trial_run_id"] = mlflow.create_run(
+                    parent.info.experiment_id,
+                    run_name=trial["name"],
+                    tags={"mlflow.parentRunId": run_id, "sweep/trial": trial["name"]},
+                ).info.run_id
+                write_json(path, record)
+            run_id = record["trial_run_id"]
         log_batch(
             mlflow,
             run_id,
@@ -325,8 +330,24 @@ def log_spooled(mlflow, run_file: Path) -> None:
                 mlflow.log_artifact(run_id, str(folder / file), artifact_path=artifact_path)
         if trial is not None:
             mlflow.set_terminated(run_id, "FINISHED")
-        shutil.rmtree(folder / path.stem, ignore_errors=True)
+        # The record first: its copies without it are an orphan, which `finish_run` removes.
         path.unlink()
+        shutil.rmtree(folder / path.stem, ignore_errors=True)
+
+
+def remove_orphan_copies(run_file: Path) -> None:
+    """Remove the artifact copies of records never written: a job that died inside `spool`
+    leaves them. Call it only when no job of the workflow runs: a running job may be between
+    its copies and its record."""
+    folder = spool_dir(run_file)
+    orphans = [
+        path
+        for path in (folder.iterdir() if folder.is_dir() else ())
+        if path.is_dir() and not (folder / f"{path.name}.json").exists()
+    ]
+    for path in orphans:
+        log.warning("removing %s: a job ended before it recorded these copies", path)
+        shutil.rmtree(path)
 
 
 def finish_run(run_file: Path, benchmark_root: Path, status: str, *, repo: Path) -> dict[str, Any]:
@@ -338,6 +359,7 @@ def finish_run(run_file: Path, benchmark_root: Path, status: str, *, repo: Path)
     """
     mlflow, run = run_client(run_file)
     log_spooled(mlflow, run_file)
+    remove_orphan_copies(run_file)
     metrics: list[tuple[str, float, int]] = []
     reused: list[str] = []
     for rule, (path, numbers) in benchmarks(benchmark_root).items():
