@@ -163,15 +163,19 @@ def test_a_run_left_running_by_a_dead_workflow_is_closed_as_killed(tmp_path, mon
     assert mlflow.get_run(record["run_id"]).info.status == "FINISHED"
 
 
-class KilledAtFirstBatch(MlflowClient):
-    """A client whose first `log_batch` never returns, as when the workflow process is killed
-    there: the records stay in the spool for the next pass."""
+def killed_at(method: str) -> type[MlflowClient]:
+    """A client whose `method` never returns, as when the workflow process is killed there: the
+    record stays in the spool for the next pass."""
 
-    def log_batch(self, *args, **kwargs):
+    def killed(self, *args, **kwargs):
         raise KeyboardInterrupt
 
+    return type(f"KilledAt_{method}", (MlflowClient,), {method: killed})
 
-def test_a_trial_logged_again_after_a_kill_is_still_one_nested_run(tmp_path, monkeypatch):
+
+# Killed before the trial's figures reach the store, and after all of them but its end.
+@pytest.mark.parametrize("method", ["log_batch", "set_terminated"])
+def test_a_trial_logged_again_after_a_kill_is_still_one_nested_run(tmp_path, monkeypatch, method):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     run_file = tmp_path / "tracking" / "run.json"
     record = start_run(
@@ -180,7 +184,7 @@ def test_a_trial_logged_again_after_a_kill_is_still_one_nested_run(tmp_path, mon
     history = [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}]
     log_trial(run_file, "lora.r~8", {"lora": {"r": 8}}, {"macro_f1": 0.5}, history, ["loss"])
     with pytest.raises(KeyboardInterrupt):
-        log_spooled(KilledAtFirstBatch(tracking_uri=record["tracking_uri"]), run_file)
+        log_spooled(killed_at(method)(tracking_uri=record["tracking_uri"]), run_file)
     finish_run(run_file, tmp_path / "benchmarks", "FINISHED", repo=tmp_path)
 
     mlflow = MlflowClient(tracking_uri=record["tracking_uri"])
