@@ -42,7 +42,6 @@ SPARSE_VECTORS = "vectors.npz"
 ACCOUNT = "account"
 SPLIT = "split"
 RECORD_COLUMNS = (ID, TEXT, ACCOUNT, LABEL_SOURCE, SPLIT)
-INDEXED_SPLITS = ("train", "validation")
 QUERY_CHUNK = 1024
 """Queries per matrix product: bounds the [queries, index rows] similarity block."""
 
