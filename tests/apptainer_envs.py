@@ -61,9 +61,6 @@ class Env:
     def name(self) -> str:
         return self.path.stem
 
-    def by_name(self) -> dict[str, Pin]:
-        return {pin.name: pin for pin in self.pins}
-
 
 CONDA_SPEC = re.compile(
     r"^(?P<name>[A-Za-z0-9_.\-]+)\s*(?:(?P<op>==|=|>=|<=|>|<|!=|~=)\s*(?P<version>[^\s=,*]+))?"
