@@ -17,7 +17,9 @@ Jobs, one after the other, each its own process (peak: its `ru_maxrss`):
   this measures;
 * gather: `gather_parts` of one part of the input's size, as a one-shard run leaves it: the
   shard's real output repeated (appended a chunk at a time by the shard's own writer), so that
-  the share of rows to review, which the gather sorts, is the candidate's own.
+  the share of rows to review, which the gather sorts, is the candidate's own;
+* review_csv: the rest of the gather job, `write_review_csv` of the gathered rows to review (the
+  copy for spreadsheets), in a process of its own so that its cost is its own.
 
 `--candidate baseline` scores the shard's chunk with the baseline (TF-IDF) instead of the shipped
 candidate: seconds instead of minutes a chunk on two cores, through the same reading and writing.
@@ -40,7 +42,7 @@ from typing import Any
 import polars as pl
 
 REPO = Path(__file__).resolve().parents[1]
-JOBS = ("ingest", "shard", "gather")
+JOBS = ("ingest", "shard", "gather", "review_csv")
 
 
 def settings_of(config_file: Path) -> dict[str, Any]:
@@ -77,6 +79,7 @@ def part_paths(folder: Path) -> Any:
 def run_job(job: str, spec: dict[str, Any]) -> dict[str, Any]:
     """One job in this process, importing what its script imports; its figures."""
     from account_tax.data.spec import DataSpec
+    from account_tax.io import parquet_rows
 
     settings = settings_of(Path(spec["config"]))
     data = DataSpec.from_config(settings)
@@ -113,6 +116,12 @@ def run_job(job: str, spec: dict[str, Any]) -> dict[str, Any]:
         chunks = -(-spec["rows"] // options.chunk_rows)
         predict_part(records, predictor, part_paths(scratch / "shard"), chunks - 2, chunks)
         rows = options.chunk_rows
+    elif job == "review_csv":
+        from account_tax.evaluation.prediction_parts import write_review_csv
+
+        gathered = part_paths(scratch / "gathered")
+        write_review_csv(gathered.review, gathered.review.with_suffix(".csv"))
+        rows = parquet_rows(gathered.review)
     else:
         from account_tax.evaluation.prediction_parts import PredictSettings, gather_parts
 

@@ -1,12 +1,17 @@
 """Gather the shards of a prediction into one predictions file, one rejects file (both in input
 order) and one file of the rows to review, least confident first (sorted `predict.chunk_rows`
-rows at a time); check that every input row is in the predictions or the rejects, and log the
-counts."""
+rows at a time), with its copy for spreadsheets; check that every input row is in the
+predictions or the rejects, and log the counts."""
 
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.evaluation.prediction_parts import PredictPaths, PredictSettings, gather_parts
+from account_tax.evaluation.prediction_parts import (
+    PredictPaths,
+    PredictSettings,
+    gather_parts,
+    write_review_csv,
+)
 from account_tax.evaluation.shipped import read_shipped
 from account_tax.stage_log import log_stage
 from account_tax.training.training_info import read_training_info
@@ -24,6 +29,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, required=True, help="predictions Parquet")
     parser.add_argument("--rejects", type=Path, required=True, help="rejected rows Parquet")
     parser.add_argument("--review", type=Path, required=True, help="rows to review Parquet")
+    parser.add_argument("--review-csv", type=Path, required=True, help="rows to review CSV")
     args = parser.parse_args()
     parts = [
         PredictPaths(*files)
@@ -35,6 +41,7 @@ def main() -> None:
         PredictPaths(args.output, args.rejects, args.review),
         PredictSettings.of(args.settings["predict"]).chunk_rows,
     )
+    write_review_csv(args.review, args.review_csv)
     log_stage(
         args.tracking,
         f"predict/{args.output.stem}",

@@ -220,13 +220,14 @@ def test_training_spanned_two_nodes_with_one_torchrun_each(slurm_run, cluster):
 def test_sharded_predict_on_slurm_equals_one_job(slurm_run, cluster):
     """`predict.shards: 2` scores the ledger (65 rows, chunks of 16) in two SLURM jobs and gathers
     one predictions, one review and one rejects file, identical (rows, order, values) to those
-    of the same rule with one shard, run here without the cluster."""
+    of the same rule with one shard, run here without the cluster; the review file's copy for
+    spreadsheets, byte for byte."""
     workdir, _ = slurm_run
     config = yaml.safe_load((workdir / "config.yaml").read_text())
     targets = [f"results/predict/ledger{suffix}.parquet" for suffix in ("", ".review", ".rejects")]
     # The model's upload is not what this test is about (and needs an S3 server).
     config["upload"] = {"enabled": False}
-    outputs = {}
+    outputs, review_csv = {}, {}
     runs = [
         (2, ["--profile", str(PROFILE), *CLUSTER_OVERRIDES], cluster.env),
         (1, ["--cores", "2"], None),
@@ -241,6 +242,7 @@ def test_sharded_predict_on_slurm_equals_one_job(slurm_run, cluster):
         assert result.returncode == 0, result.stderr[-6000:]
         assert jobs_run(result)["predict_shard"] == shards
         outputs[shards] = [pl.read_parquet(workdir / target) for target in targets]
+        review_csv[shards] = (workdir / "results/predict/ledger.review.csv").read_bytes()
     shard_jobs = slurm_job_ids(workdir)["predict_shard"]
     assert len(shard_jobs) == 2
     for job_id in shard_jobs:
@@ -250,6 +252,8 @@ def test_sharded_predict_on_slurm_equals_one_job(slurm_run, cluster):
     assert review.height > 0
     for sharded, whole in zip(outputs[2], outputs[1], strict=True):
         assert sharded.equals(whole)
+    assert review_csv[2] == review_csv[1]
+    assert pl.read_csv(review_csv[1], infer_schema=False)["id"].equals(review["id"])
 
 
 def test_a_sweep_runs_each_trial_as_a_slurm_job(slurm_run, cluster):

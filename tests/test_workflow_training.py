@@ -2,6 +2,7 @@
 two segments, evaluated against the baseline, used to predict new records, with every checkpoint
 and the model uploaded to a real S3 server (SeaweedFS) and old checkpoints retained by receipt."""
 
+import codecs
 import dataclasses
 import json
 import os
@@ -26,6 +27,8 @@ from sample_ledger import ledger_config, ledger_row, small_ledger
 from tiny_models import build_tiny_bert
 from workflow_runner import REPO, SECRETS, VENV_BIN, jobs_run, snakemake
 
+from account_tax.data.clean import CleanSettings
+from account_tax.data.corrections import apply_corrections
 from account_tax.data.spec import DataSpec
 from account_tax.evaluation.evidence import EVIDENCE_COLUMNS
 from account_tax.evaluation.ledger_rules import RULE_ACCOUNT, RULE_BOOKINGS, LedgerRules
@@ -37,10 +40,15 @@ from account_tax.evaluation.predict import (
     Provenance,
     predict_records,
 )
-from account_tax.evaluation.prediction_parts import PART_FILES, PredictPaths, PredictSettings
+from account_tax.evaluation.prediction_parts import (
+    PART_FILES,
+    PredictPaths,
+    PredictSettings,
+    write_review_csv,
+)
 from account_tax.evaluation.runtime_check import check_runtime, checked_onnx_model
 from account_tax.evaluation.shipped import read_shipped
-from account_tax.io import sha256_file
+from account_tax.io import parquet_rows, sha256_file
 from account_tax.ports import free_ports
 from account_tax.settings import complete
 from account_tax.storage.manifest import content_sha256
@@ -296,6 +304,65 @@ def test_predictions_for_new_records_with_rejects(trained):
     # The rows to review, least confident first, with their alternatives.
     expected = predictions.filter(pl.col("decision") == "review").sort("confidence", "source_row")
     assert review.equals(expected)
+
+
+def test_the_review_csv_filled_in_as_a_spreadsheet_would_is_a_corrections_file(trained, tmp_path):
+    """The rows to review for spreadsheets: the review file's columns, rows and order, each list a
+    cell with an item a line. Its account column filled in and saved again as all text, it
+    corrects: the records (new to the ledger) join it with the accounts people chose, and their
+    suggestions make the track record. The rule's copy has the review file's columns and rows; its
+    values are checked on a copy of every prediction, as a review file holds them when none clears
+    the threshold."""
+    workdir, config, *_ = trained
+    predict = workdir / "results/predict"
+    shipped = pl.read_csv(predict / "new.review.csv", infer_schema=False)
+    assert shipped.columns == pl.read_parquet_schema(predict / "new.review.parquet").names()
+    assert shipped.height == parquet_rows(predict / "new.review.parquet")
+    # Here every prediction cleared the threshold.
+    review = pl.read_parquet(predict / "new.parquet").sort("confidence", "source_row")
+    review.write_parquet(tmp_path / "review.parquet")
+    write_review_csv(tmp_path / "review.parquet", tmp_path / "review.csv")
+    assert (tmp_path / "review.csv").read_bytes().startswith(codecs.BOM_UTF8)
+    sheet = pl.read_csv(tmp_path / "review.csv", infer_schema=False)
+    assert sheet.columns == review.columns
+    assert sheet["id"].to_list() == review["id"].to_list()
+    for column in ("top_k_labels", "evidence_ids", "evidence_texts", "evidence_accounts"):
+        assert sheet[column].to_list() == ["\n".join(cell) for cell in review[column]]
+    for column in ("top_k_probabilities", "evidence_similarities"):
+        for cell, values in zip(sheet[column], review[column], strict=True):
+            assert [float(v) for v in cell.split("\n")] == pytest.approx(values, abs=5e-5)
+    assert sheet["confidence"].cast(pl.Float64).to_list() == pytest.approx(
+        review["confidence"].to_list(), rel=1e-6
+    )
+    assert sheet["novel"].to_list() == [str(novel).lower() for novel in review["novel"]]
+
+    chosen = ["1800", "4210", "4400", "4930"][: review.height]
+    reviewed = tmp_path / "reviewed.csv"
+    sheet.with_columns(pl.Series("account", chosen)).write_csv(reviewed, include_bom=True)
+    settings = complete(config)
+    counts = apply_corrections(
+        workdir / "results/clean/records.parquet",
+        [reviewed],
+        DataSpec.from_config(settings),
+        CleanSettings.of(settings["clean"]),
+        tmp_path / "corrected.parquet",
+        tmp_path / "rejects.parquet",
+        tmp_path / "track_record.parquet",
+    )
+
+    assert (counts.added, counts.rejected, counts.track_record) == (review.height, 0, review.height)
+    corrected = pl.read_parquet(tmp_path / "corrected.parquet")
+    joined = corrected.filter(pl.col("entry_id").is_in(review["id"].to_list()))
+    assert dict(joined.select("entry_id", "account").iter_rows()) == dict(
+        zip(review["id"], chosen, strict=True)
+    )
+    assert set(joined["label_source"]) == {"correction"}
+    track_record = pl.read_parquet(tmp_path / "track_record.parquet").sort("entry_id")
+    suggested = review.sort("id")
+    assert track_record["predicted_label"].to_list() == suggested["predicted_label"].to_list()
+    assert track_record["confidence"].to_list() == pytest.approx(
+        suggested["confidence"].to_list(), rel=1e-6
+    )
 
 
 def test_prediction_in_chunks_of_rows_matches_the_rule(trained, tmp_path):

@@ -131,6 +131,12 @@ def write_parquets(
     _replace_atomically(list(frames), write)
 
 
+def write_spreadsheet_csv(frame: pl.LazyFrame, path: Path) -> None:
+    """Stream a lazy frame to a CSV file as spreadsheets open it: UTF-8 with a byte-order mark,
+    without which Excel reads the file in the system's code page."""
+    _replace_atomically([path], lambda tmps: frame.sink_csv(tmps[0], include_bom=True))
+
+
 def parquet_rows(path: Path) -> int:
     """Row count from the Parquet footer, without reading the data."""
     return pl.scan_parquet(path).select(pl.len()).collect().item()

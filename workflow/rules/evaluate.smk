@@ -230,6 +230,7 @@ rule predict:
         output="results/predict/{name}.parquet",
         rejects="results/predict/{name}.rejects.parquet",
         review="results/predict/{name}.review.parquet",
+        review_csv="results/predict/{name}.review.csv",
     log:
         "logs/predict/{name}.log",
     benchmark:

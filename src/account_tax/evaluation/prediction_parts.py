@@ -18,7 +18,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from account_tax.data.spec import CONFIDENCE
-from account_tax.io import parquet_rows, write_parquet
+from account_tax.io import parquet_rows, write_parquet, write_spreadsheet_csv
 from account_tax.settings import SOURCE_ROW, SectionView
 
 log = logging.getLogger(__name__)
@@ -145,6 +145,22 @@ def append_in_review_order(
         ):
             if len(bucket_keys):
                 append_in_review_order([bucket.path], bucket_keys, work, bucket_rows, ordered)
+
+
+def write_review_csv(review: Path, target: Path) -> None:
+    """The rows to review as a spreadsheet opens them, for the people who review: the review
+    file's rows in its order and its columns, each list (the top k, the evidence) one cell with an
+    item a line, its numbers to 4 decimals. Filled in (the account column) and saved as CSV, it
+    is a corrections file as it stands (`data.corrections`)."""
+    rows = pl.scan_parquet(review)
+    lists = [
+        pl.col(name)
+        .list.eval((pl.element().round(4) if dtype.inner.is_float() else pl.element()).cast(str))
+        .list.join("\n")
+        for name, dtype in rows.collect_schema().items()
+        if isinstance(dtype, pl.List)
+    ]
+    write_spreadsheet_csv(rows.with_columns(lists), target)
 
 
 def gather_parts(
