@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from peak_memory import own_peak_rss_mb
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config" / "synthetic_ledger.yaml"
@@ -100,9 +101,7 @@ class Stages:
         yield
         self.seconds[name] = time.perf_counter() - start
         self.cpu_seconds[name] = cpu_seconds() - start_cpu
-        status = Path("/proc/self/status").read_text()
-        peak_kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM"))
-        self.peak_rss_mb[name] = int(peak_kib) / 1024
+        self.peak_rss_mb[name] = own_peak_rss_mb()
 
 
 def run_ours(case_dir: Path, out_dir: Path, stage: Stages) -> None:

@@ -23,7 +23,7 @@ Sides, each run in its own subprocess, one after the other:
   the classifier is wrapped in a module that gives it `device`, `dtype` and `config`.
 
 Both clocks start before the model is loaded and stop when the output is written. Peak memory is
-the worker process's high-water mark (`ru_maxrss`): it should stay flat as rows grow on ours,
+the worker process's own high-water mark (`VmHWM`): it should stay flat as rows grow on ours,
 which reads, cleans, scores and writes the rows a chunk (`predict.chunk_rows`) at a time.
 
 `--candidate` makes ours predict with another candidate than the one evaluate shipped (the
@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -50,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from peak_memory import own_peak_rss_mb
 
 REPO = Path(__file__).resolve().parents[1]
 SIDES = ("ours", "no_evidence", "pipeline")
@@ -212,7 +212,7 @@ def worker(side: str, spec: dict[str, Any], result: Path) -> None:
             out = run_pipeline(spec, Path(tmp))
         else:
             out = run_ours(spec, Path(tmp), evidence=side == "ours")
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["peak_rss_mb"] = own_peak_rss_mb()
     out["torch_threads"] = torch.get_num_threads()
     result.write_text(json.dumps(out), encoding="utf-8")
 

@@ -7,7 +7,7 @@ subprocess, as the rule runs them (`predict_ingest`, `predict_shard`, `predict`)
 Rows: the workdir's ingested records (results/ingest/records.parquet, labels dropped) repeated to
 each size, each copy with its own id, written once as the input file.
 
-Jobs, one after the other, each its own process (peak: its `ru_maxrss`):
+Jobs, one after the other, each its own process (peak: its own high-water mark, `VmHWM`):
 
 * ingest: `ingest` of the input file, as `predict_ingest` runs it, the whole file;
 * shard: `predict_part` as `predict_shard` runs it, the candidate evaluate shipped loaded, on the
@@ -31,7 +31,6 @@ import argparse
 import dataclasses
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from peak_memory import own_peak_rss_mb
 
 REPO = Path(__file__).resolve().parents[1]
 JOBS = ("ingest", "shard", "gather", "review_csv")
@@ -135,7 +135,7 @@ def run_job(job: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "rows": rows,
         "seconds": time.perf_counter() - started,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": own_peak_rss_mb(),
     }
 
 
