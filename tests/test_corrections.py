@@ -260,3 +260,37 @@ def test_reviewed_suggestions_make_the_track_record(ledger, tmp_path, caplog):
     assert rows["right"].to_list() == [True, False, True]
     assert rows["novel"].to_list() == [False, False, True]
     assert rows["confidence"].to_list() == pytest.approx([0.97, 0.62, 0.91], abs=1e-6)
+
+
+@pytest.mark.parametrize("separator", [";", "\t"])
+def test_a_review_file_saved_by_a_spreadsheet_with_its_locales_separators_reads(
+    ledger, tmp_path, separator
+):
+    """A spreadsheet saves CSV with its locale's list separator and decimal comma (a semicolon and
+    `0,97` in much of Europe): the file reads as the comma-separated one does, its confidences
+    included, though a column name holds a comma."""
+    spec, records = ledger
+    review = review_file(["E00001", "E00002"], ["4930", "4210"], [0.97, 0.5], [False, False])
+    saved = review.with_columns(
+        pl.Series("account", ["4930", "4930"]),
+        pl.col("confidence").cast(pl.String).str.replace(".", ",", literal=True),
+        pl.lit("checked").alias("note, by the reviewer"),
+    )
+    saved.write_csv(tmp_path / "reviewed.csv", separator=separator)
+    assert "0,97" in (tmp_path / "reviewed.csv").read_text()
+    track_record = tmp_path / "track_record.parquet"
+
+    counts = apply_corrections(
+        records,
+        [tmp_path / "reviewed.csv"],
+        spec,
+        OPTIONS,
+        tmp_path / "corrected.parquet",
+        tmp_path / "rejects.parquet",
+        track_record,
+    )
+
+    assert (counts.applied, counts.rejected, counts.track_record) == (2, 0, 2)
+    rows = pl.read_parquet(track_record).sort("entry_id")
+    assert rows["confidence"].to_list() == pytest.approx([0.97, 0.5], abs=1e-6)
+    assert rows["right"].to_list() == [True, False]

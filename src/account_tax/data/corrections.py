@@ -12,6 +12,9 @@ superseded by a later correction of the same record), and the counts add up.
 Each record leaves with `label_source`: `correction` where a correction set its label, else
 `ledger`.
 
+A CSV file may be separated by commas, semicolons or tabs (a spreadsheet saves with its locale's
+list separator: a semicolon in much of Europe), whichever its header holds most of.
+
 A file that also says what was suggested (`predicted_label`, `confidence`, `novel`, as predict's
 review file does) gives the track record: for each correction used, the suggestion people were
 shown, its confidence, and whether it was the account they chose. Evaluate weighs it with the
@@ -75,6 +78,16 @@ def record_columns(spec: DataSpec) -> list[str]:
     return [c for c in spec.columns if c != spec.label]
 
 
+CSV_SEPARATORS = (",", ";", "\t")
+
+
+def csv_separator(path: Path) -> str:
+    """The separator a CSV file's header holds most of; a comma where it holds none."""
+    with path.open(encoding="utf-8-sig", errors="replace") as handle:
+        header = handle.readline()
+    return max(CSV_SEPARATORS, key=header.count)
+
+
 def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
     """Every row of the files as text: the record's id, the account, the time, its file and row,
     its place in file order, and the record's columns where its file has them all."""
@@ -84,7 +97,7 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
             if path.suffix.lower() == ".parquet":
                 frame = pl.read_parquet(path)
             else:
-                frame = pl.read_csv(path, infer_schema=False)
+                frame = pl.read_csv(path, infer_schema=False, separator=csv_separator(path))
         except (OSError, pl.exceptions.PolarsError) as error:
             raise DataError(f"{path}: not a readable corrections file ({error})") from None
         id_column = spec.id if spec.id in frame.columns else ID
@@ -106,7 +119,11 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
         # The suggestion as the file gives it; none where it lacks one of its columns, and
         # none for a row whose suggestion does not read (it still corrects its record).
         suggested = all(c in frame.columns for c in _SUGGESTION)
-        confidence = pl.col(CONFIDENCE).cast(pl.Float64, strict=False)
+        confidence = pl.col(CONFIDENCE)
+        if frame.schema.get(CONFIDENCE) == pl.String:
+            # A spreadsheet may write the decimal point as its locale's comma.
+            confidence = confidence.str.replace(",", ".", literal=True)
+        confidence = confidence.cast(pl.Float64, strict=False)
         suggestion = (
             [
                 pl.col(PREDICTED_LABEL).cast(pl.String).str.strip_chars(LABEL_TRIM),
