@@ -12,6 +12,7 @@ from account_tax.data.corrections import LEDGER_LABEL, apply_corrections
 from account_tax.data.ingest import ingest
 from account_tax.data.spec import LABEL_SOURCE, DataSpec
 from account_tax.errors import DataError
+from account_tax.evaluation.prediction_parts import write_review_csv
 from account_tax.settings import complete
 
 CLASSES = ["4930", "4210", "4400", "1800", "0000"]
@@ -260,6 +261,52 @@ def test_reviewed_suggestions_make_the_track_record(ledger, tmp_path, caplog):
     assert rows["right"].to_list() == [True, False, True]
     assert rows["novel"].to_list() == [False, False, True]
     assert rows["confidence"].to_list() == pytest.approx([0.97, 0.62, 0.91], abs=1e-6)
+
+
+def test_a_memo_a_spreadsheet_would_run_is_escaped_in_the_review_csv_and_read_back(
+    ledger, tmp_path
+):
+    """A new record's memo or vendor that starts like a formula (CSV injection) is written to the
+    review file's CSV copy with a leading apostrophe, so that a spreadsheet shows it as text; a
+    number such as -45.00 is not. Filled in and read back, the record joins the ledger as it was
+    written."""
+    spec, records = ledger
+    new = ledger_row(500, memo='=HYPERLINK("http://example.invalid","invoice")', amount="-45.00")
+    new["vendor"] = "@SUM(A1)"
+    review = pl.DataFrame([new], schema=dict.fromkeys(new, pl.String)).with_columns(
+        pl.col("entry_id").alias("id"),
+        pl.lit("memo: ...").alias("text"),
+        pl.lit(None, pl.String).alias("account"),
+        pl.lit("review").alias("decision"),
+    )
+    review.write_parquet(tmp_path / "march.review.parquet")
+    write_review_csv(tmp_path / "march.review.parquet", tmp_path / "march.review.csv")
+    sheet = pl.read_csv(tmp_path / "march.review.csv", infer_schema=False)
+    assert sheet.row(0, named=True) | {"account": None} == {
+        **review.row(0, named=True),
+        "memo": """'=HYPERLINK("http://example.invalid","invoice")""",
+        "vendor": "'@SUM(A1)",
+    }
+    sheet.with_columns(pl.lit("4930").alias("account")).write_csv(tmp_path / "reviewed.csv")
+
+    counts = apply_corrections(
+        records,
+        [tmp_path / "reviewed.csv"],
+        spec,
+        OPTIONS,
+        tmp_path / "corrected.parquet",
+        tmp_path / "rejects.parquet",
+        tmp_path / "track_record.parquet",
+    )
+
+    assert (counts.added, counts.rejected) == (1, 0)
+    joined = pl.read_parquet(tmp_path / "corrected.parquet").filter(pl.col("entry_id") == "E00500")
+    assert joined.select("memo", "vendor", "amount", "account").row(0) == (
+        '=hyperlink("http://example.invalid","invoice")',
+        "@sum(a1)",
+        -45.0,
+        "4930",
+    )
 
 
 @pytest.mark.parametrize("separator", [";", "\t"])

@@ -131,10 +131,32 @@ def write_parquets(
     _replace_atomically(list(frames), write)
 
 
+CSV_SEPARATORS = (",", ";", "\t")
+# A text cell that a spreadsheet would run as a formula (CSV injection: a memo such as
+# `=HYPERLINK(...)`) is written with a leading apostrophe, which spreadsheets show as text, and
+# read without it; one that already starts with an apostrophe before such a character gets one
+# more, so that reading gives back what was written.
+FORMULA = r"^'?[=+\-@\t\r]"
+ESCAPED_FORMULA = r"^'('?[=+\-@\t\r])"
+
+
 def write_spreadsheet_csv(frame: pl.LazyFrame, path: Path) -> None:
-    """Stream a lazy frame to a CSV file as spreadsheets open it: UTF-8 with a byte-order mark,
-    without which Excel reads the file in the system's code page."""
-    _replace_atomically([path], lambda tmps: frame.sink_csv(tmps[0], include_bom=True))
+    """Stream a lazy frame to a CSV file as spreadsheets open it: UTF-8 with a byte-order mark
+    (without it Excel reads the file in the system's code page), formulas escaped."""
+    text = pl.col(pl.String)
+    formula = text.str.contains(FORMULA) & text.cast(pl.Float64, strict=False).is_null()
+    escaped = frame.with_columns(pl.when(formula).then(text.str.replace("^", "'")).otherwise(text))
+    _replace_atomically([path], lambda tmps: escaped.sink_csv(tmps[0], include_bom=True))
+
+
+def read_spreadsheet_csv(path: Path) -> pl.DataFrame:
+    """A CSV file as a spreadsheet may save it, every column as text: separated by commas,
+    semicolons or tabs (its locale's list separator; whichever its header holds most of), with
+    or without a byte-order mark, formulas escaped by `write_spreadsheet_csv` read back."""
+    with path.open(encoding="utf-8-sig", errors="replace") as handle:
+        header = handle.readline()
+    frame = pl.read_csv(path, infer_schema=False, separator=max(CSV_SEPARATORS, key=header.count))
+    return frame.with_columns(pl.col(pl.String).str.replace(ESCAPED_FORMULA, "$1"))
 
 
 def parquet_rows(path: Path) -> int:

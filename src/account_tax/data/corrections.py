@@ -12,8 +12,9 @@ superseded by a later correction of the same record), and the counts add up.
 Each record leaves with `label_source`: `correction` where a correction set its label, else
 `ledger`.
 
-A CSV file may be separated by commas, semicolons or tabs (a spreadsheet saves with its locale's
-list separator: a semicolon in much of Europe), whichever its header holds most of.
+A CSV file is read as a spreadsheet may save it (`io.read_spreadsheet_csv`): separated by its
+locale's list separator (a semicolon in much of Europe), formulas escaped by predict's CSV copy
+of the review file read back.
 
 A file that also says what was suggested (`predicted_label`, `confidence`, `novel`, as predict's
 review file does) gives the track record: for each correction used, the suggestion people were
@@ -44,7 +45,7 @@ from account_tax.data.spec import (
     DataSpec,
 )
 from account_tax.errors import DataError
-from account_tax.io import write_parquet, write_parquets
+from account_tax.io import read_spreadsheet_csv, write_parquet, write_parquets
 from account_tax.settings import SOURCE_ROW
 
 log = logging.getLogger(__name__)
@@ -78,16 +79,6 @@ def record_columns(spec: DataSpec) -> list[str]:
     return [c for c in spec.columns if c != spec.label]
 
 
-CSV_SEPARATORS = (",", ";", "\t")
-
-
-def csv_separator(path: Path) -> str:
-    """The separator a CSV file's header holds most of; a comma where it holds none."""
-    with path.open(encoding="utf-8-sig", errors="replace") as handle:
-        header = handle.readline()
-    return max(CSV_SEPARATORS, key=header.count)
-
-
 def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
     """Every row of the files as text: the record's id, the account, the time, its file and row,
     its place in file order, and the record's columns where its file has them all."""
@@ -97,7 +88,7 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
             if path.suffix.lower() == ".parquet":
                 frame = pl.read_parquet(path)
             else:
-                frame = pl.read_csv(path, infer_schema=False, separator=csv_separator(path))
+                frame = read_spreadsheet_csv(path)
         except (OSError, pl.exceptions.PolarsError) as error:
             raise DataError(f"{path}: not a readable corrections file ({error})") from None
         id_column = spec.id if spec.id in frame.columns else ID
