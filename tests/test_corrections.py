@@ -36,6 +36,19 @@ def ledger(tmp_path):
     return spec, tmp_path / "clean.parquet"
 
 
+def apply_in(folder, records, files, spec):
+    """apply_corrections, its outputs in `folder` (corrected, rejects and track_record.parquet)."""
+    return apply_corrections(
+        records,
+        files,
+        spec,
+        OPTIONS,
+        folder / "corrected.parquet",
+        folder / "rejects.parquet",
+        folder / "track_record.parquet",
+    )
+
+
 def corrections_file(path, rows):
     pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(path)
     return path
@@ -159,15 +172,7 @@ def test_predicts_review_file_is_a_corrections_file_once_its_account_is_filled_i
     reviewed = review.with_columns(pl.Series("account", ["4210", "4930"]))
     reviewed.write_parquet(tmp_path / "new.review.parquet")
 
-    counts = apply_corrections(
-        records,
-        [tmp_path / "new.review.parquet"],
-        spec,
-        OPTIONS,
-        tmp_path / "corrected.parquet",
-        tmp_path / "rejects.parquet",
-        tmp_path / "track_record.parquet",
-    )
+    counts = apply_in(tmp_path, records, [tmp_path / "new.review.parquet"], spec)
 
     assert (counts.applied, counts.rejected) == (2, 0)
     corrected = pl.read_parquet(tmp_path / "corrected.parquet")
@@ -192,15 +197,7 @@ def test_a_reviewed_record_the_ledger_lacks_joins_it_cleaned(ledger, tmp_path):
     )
     review.write_parquet(tmp_path / "march.review.parquet")
 
-    counts = apply_corrections(
-        records,
-        [tmp_path / "march.review.parquet"],
-        spec,
-        OPTIONS,
-        tmp_path / "corrected.parquet",
-        tmp_path / "rejects.parquet",
-        tmp_path / "track_record.parquet",
-    )
+    counts = apply_in(tmp_path, records, [tmp_path / "march.review.parquet"], spec)
 
     assert (counts.rows_in, counts.applied, counts.added, counts.rejected) == (2, 0, 1, 1)
     ledger_rows = pl.read_parquet(records)
@@ -240,21 +237,12 @@ def test_reviewed_suggestions_make_the_track_record(ledger, tmp_path, caplog):
         tmp_path / "later.csv",
         [{"entry_id": "E00004", "account": "4210", "reviewed_at": "2025-02-03"}],
     )
-    track_record = tmp_path / "track_record.parquet"
 
-    counts = apply_corrections(
-        records,
-        [tmp_path / "january.review.csv", later],
-        spec,
-        OPTIONS,
-        tmp_path / "corrected.parquet",
-        tmp_path / "rejects.parquet",
-        track_record,
-    )
+    counts = apply_in(tmp_path, records, [tmp_path / "january.review.csv", later], spec)
 
     assert (counts.applied, counts.superseded, counts.track_record) == (5, 1, 3)
     assert "1 corrections come from files that say what was suggested, but not" in caplog.text
-    rows = pl.read_parquet(track_record).sort("entry_id")
+    rows = pl.read_parquet(tmp_path / "track_record.parquet").sort("entry_id")
     assert rows["entry_id"].to_list() == ["E00001", "E00002", "E00003"]
     assert rows["predicted_label"].to_list() == ["4930", "4210", "4400"]
     assert rows["account"].to_list() == ["4930", "4930", "4400"]
@@ -289,15 +277,7 @@ def test_a_memo_a_spreadsheet_would_run_is_escaped_in_the_review_csv_and_read_ba
     }
     sheet.with_columns(pl.lit("4930").alias("account")).write_csv(tmp_path / "reviewed.csv")
 
-    counts = apply_corrections(
-        records,
-        [tmp_path / "reviewed.csv"],
-        spec,
-        OPTIONS,
-        tmp_path / "corrected.parquet",
-        tmp_path / "rejects.parquet",
-        tmp_path / "track_record.parquet",
-    )
+    counts = apply_in(tmp_path, records, [tmp_path / "reviewed.csv"], spec)
 
     assert (counts.added, counts.rejected) == (1, 0)
     joined = pl.read_parquet(tmp_path / "corrected.parquet").filter(pl.col("entry_id") == "E00500")
@@ -325,19 +305,10 @@ def test_a_review_file_saved_by_a_spreadsheet_with_its_locales_separators_reads(
     )
     saved.write_csv(tmp_path / "reviewed.csv", separator=separator)
     assert "0,97" in (tmp_path / "reviewed.csv").read_text()
-    track_record = tmp_path / "track_record.parquet"
 
-    counts = apply_corrections(
-        records,
-        [tmp_path / "reviewed.csv"],
-        spec,
-        OPTIONS,
-        tmp_path / "corrected.parquet",
-        tmp_path / "rejects.parquet",
-        track_record,
-    )
+    counts = apply_in(tmp_path, records, [tmp_path / "reviewed.csv"], spec)
 
     assert (counts.applied, counts.rejected, counts.track_record) == (2, 0, 2)
-    rows = pl.read_parquet(track_record).sort("entry_id")
+    rows = pl.read_parquet(tmp_path / "track_record.parquet").sort("entry_id")
     assert rows["confidence"].to_list() == pytest.approx([0.97, 0.5], abs=1e-6)
     assert rows["right"].to_list() == [True, False]
