@@ -79,7 +79,6 @@ def part_paths(folder: Path) -> Any:
 def run_job(job: str, spec: dict[str, Any]) -> dict[str, Any]:
     """One job in this process, importing what its script imports; its figures."""
     from account_tax.data.spec import DataSpec
-    from account_tax.io import parquet_rows
 
     settings = settings_of(Path(spec["config"]))
     data = DataSpec.from_config(settings)
@@ -118,6 +117,7 @@ def run_job(job: str, spec: dict[str, Any]) -> dict[str, Any]:
         rows = options.chunk_rows
     elif job == "review_csv":
         from account_tax.evaluation.prediction_parts import write_review_csv
+        from account_tax.io import parquet_rows
 
         gathered = part_paths(scratch / "gathered")
         write_review_csv(gathered.review, gathered.review.with_suffix(".csv"))

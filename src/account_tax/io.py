@@ -136,8 +136,9 @@ CSV_SEPARATORS = (",", ";", "\t")
 # `=HYPERLINK(...)`) is written with a leading apostrophe, which spreadsheets show as text, and
 # read without it; one that already starts with an apostrophe before such a character gets one
 # more, so that reading gives back what was written.
-FORMULA = r"^'?[=+\-@\t\r]"
-ESCAPED_FORMULA = r"^'('?[=+\-@\t\r])"
+FORMULA_START = r"[=+\-@\t\r]"
+FORMULA = rf"^'?{FORMULA_START}"
+ESCAPED_FORMULA = rf"^'('?{FORMULA_START})"
 
 
 def write_spreadsheet_csv(frame: pl.LazyFrame, path: Path) -> None:
