@@ -289,18 +289,21 @@ def test_a_memo_a_spreadsheet_would_run_is_escaped_in_the_review_csv_and_read_ba
     )
 
 
-@pytest.mark.parametrize("separator", [";", "\t"])
+@pytest.mark.parametrize(
+    ("separator", "yes", "no"), [(";", "WAHR", "FALSCH"), ("\t", "Vrai", "faux")]
+)
 def test_a_review_file_saved_by_a_spreadsheet_with_its_locales_separators_reads(
-    ledger, tmp_path, separator
+    ledger, tmp_path, separator, yes, no
 ):
-    """A spreadsheet saves CSV with its locale's list separator and decimal comma (a semicolon and
-    `0,97` in much of Europe): the file reads as the comma-separated one does, its confidences
-    included, though a column name holds a comma."""
+    """A spreadsheet saves CSV with its locale's list separator, decimal comma and words for true
+    and false (a semicolon, `0,97` and WAHR in German): the file reads as the comma-separated one
+    does, its confidences and novelty included, though a column name holds a comma."""
     spec, records = ledger
-    review = review_file(["E00001", "E00002"], ["4930", "4210"], [0.97, 0.5], [False, False])
+    review = review_file(["E00001", "E00002"], ["4930", "4210"], [0.97, 0.5], [False, True])
     saved = review.with_columns(
         pl.Series("account", ["4930", "4930"]),
         pl.col("confidence").cast(pl.String).str.replace(".", ",", literal=True),
+        pl.Series("novel", [no, yes]),
         pl.lit("checked").alias("note, by the reviewer"),
     )
     saved.write_csv(tmp_path / "reviewed.csv", separator=separator)
@@ -312,3 +315,4 @@ def test_a_review_file_saved_by_a_spreadsheet_with_its_locales_separators_reads(
     rows = pl.read_parquet(tmp_path / "track_record.parquet").sort("entry_id")
     assert rows["confidence"].to_list() == pytest.approx([0.97, 0.5], abs=1e-6)
     assert rows["right"].to_list() == [True, False]
+    assert rows["novel"].to_list() == [False, True]

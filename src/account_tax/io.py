@@ -139,6 +139,15 @@ CSV_SEPARATORS = (",", ";", "\t")
 FORMULA_START = r"[=+\-@\t\r]"
 FORMULA = rf"^'?{FORMULA_START}"
 ESCAPED_FORMULA = rf"^'('?{FORMULA_START})"
+# A spreadsheet saves a boolean cell in its locale's words (Excel in German: WAHR, FALSCH).
+SPREADSHEET_BOOLEANS = {
+    word: value
+    for value, words in (
+        (True, "true wahr vrai verdadero vero waar verdadeiro sant sand prawda 1"),
+        (False, "false falsch faux falso onwaar falskt falsk fałsz 0"),
+    )
+    for word in words.split()
+}
 
 
 def write_spreadsheet_csv(frame: pl.LazyFrame, path: Path) -> None:

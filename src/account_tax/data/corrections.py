@@ -45,7 +45,12 @@ from account_tax.data.spec import (
     DataSpec,
 )
 from account_tax.errors import DataError
-from account_tax.io import read_spreadsheet_csv, write_parquet, write_parquets
+from account_tax.io import (
+    SPREADSHEET_BOOLEANS,
+    read_spreadsheet_csv,
+    write_parquet,
+    write_parquets,
+)
 from account_tax.settings import SOURCE_ROW
 
 log = logging.getLogger(__name__)
@@ -122,7 +127,8 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
                 pl.col(NOVEL)
                 .cast(pl.String)
                 .str.to_lowercase()
-                .replace_strict({"true": True, "false": False}, default=None),
+                .str.strip_chars()
+                .replace_strict(SPREADSHEET_BOOLEANS, default=None),
             ]
             if suggested
             else [pl.lit(None, pl.String), pl.lit(None, pl.Float64), pl.lit(None, pl.Boolean)]
