@@ -316,3 +316,60 @@ def test_a_review_file_saved_by_a_spreadsheet_with_its_locales_separators_reads(
     assert rows["confidence"].to_list() == pytest.approx([0.97, 0.5], abs=1e-6)
     assert rows["right"].to_list() == [True, False]
     assert rows["novel"].to_list() == [False, True]
+
+
+@pytest.mark.parametrize(
+    ("separator", "dates", "reviewed"),
+    [
+        (";", ["15.03.2024", "5.3.2024"], ["01.12.2026", "30.11.2026"]),  # German
+        (",", ["3/15/2024", "3/5/2024"], ["12/1/2026", "11/30/2026"]),  # American English
+        (",", ["15/03/2024", "05/03/2024"], ["01/12/2026", "30/11/2026"]),  # British English
+        (",", ["2024/3/15", "2024/3/5"], ["2026/12/1", "2026/11/30"]),  # Japanese
+    ],
+)
+def test_dates_a_spreadsheet_saved_in_its_locales_form_read_as_the_dates_they_were(
+    ledger, tmp_path, separator, dates, reviewed
+):
+    """A spreadsheet saves the review file's ISO dates in its locale's short form. New records
+    join the ledger on the dates they had, and the review times still order two corrections of
+    one record; a column's slashed dates that only one order reads say which order it is."""
+    spec, records = ledger
+    rows = [
+        ledger_row(500, date=dates[0], account="4930") | {"reviewed_at": ""},
+        ledger_row(501, date=dates[1], account="4210") | {"reviewed_at": ""},
+        # Later by its time, earlier in the file.
+        ledger_row(1, account="4210") | {"reviewed_at": reviewed[0]},
+        ledger_row(1, account="4400") | {"reviewed_at": reviewed[1]},
+    ]
+    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(
+        tmp_path / "reviewed.csv", separator=separator
+    )
+
+    counts = apply_in(tmp_path, records, [tmp_path / "reviewed.csv"], spec)
+
+    assert (counts.added, counts.applied, counts.superseded, counts.rejected) == (2, 1, 1, 1)
+    corrected = pl.read_parquet(tmp_path / "corrected.parquet")
+    joined = corrected.filter(pl.col("entry_id").is_in(["E00500", "E00501"])).sort("entry_id")
+    assert joined["date"].cast(pl.String).to_list() == ["2024-03-15", "2024-03-05"]
+    assert corrected.filter(pl.col("entry_id") == "E00001")["account"].to_list() == ["4210"]
+
+
+def test_slashed_dates_that_read_in_either_order_are_not_guessed(ledger, tmp_path):
+    """3/5/2024 is the 3rd of May or the 5th of March: with no date in its column that settles
+    the order, the row is a reject with the date in its reason, not a record on a guessed date or
+    a correction at a guessed time."""
+    spec, records = ledger
+    rows = [
+        ledger_row(500, date="3/5/2024") | {"reviewed_at": ""},
+        ledger_row(501, date="2024-03-15") | {"reviewed_at": ""},
+        ledger_row(1, account="4210") | {"reviewed_at": "3/5/2026"},
+    ]
+    corrections_file(tmp_path / "reviewed.csv", rows)
+
+    counts = apply_in(tmp_path, records, [tmp_path / "reviewed.csv"], spec)
+
+    assert (counts.added, counts.applied, counts.rejected) == (1, 0, 2)
+    assert sorted(pl.read_parquet(tmp_path / "rejects.parquet")[REASON].to_list()) == [
+        "unparseable date (format %Y-%m-%d) in column 'date': '3/5/2024'",
+        "unparseable time in column 'reviewed_at': '3/5/2026' (an ISO date or time)",
+    ]

@@ -149,6 +149,14 @@ SPREADSHEET_BOOLEANS = {
     for word in words.split()
 }
 
+# A spreadsheet saves a date cell in its locale's short form: an ISO date comes back as
+# 15.03.2024 in German, 2024/3/15 in Japanese, 15/03/2024 in French or British English and
+# 3/15/2024 in American English.
+ISO_DATE = "%Y-%m-%d"
+SPREADSHEET_DATES = (ISO_DATE, "%d.%m.%Y", "%Y/%m/%d")
+SLASHED_DATES = ("%d/%m/%Y", "%m/%d/%Y")
+SLASHED = r"^\d{1,2}/\d{1,2}/\d{4}$"
+
 
 def write_spreadsheet_csv(frame: pl.LazyFrame, path: Path) -> None:
     """Stream a lazy frame to a CSV file as spreadsheets open it: UTF-8 with a byte-order mark
@@ -167,6 +175,33 @@ def read_spreadsheet_csv(path: Path) -> pl.DataFrame:
         header = handle.readline()
     frame = pl.read_csv(path, infer_schema=False, separator=max(CSV_SEPARATORS, key=header.count))
     return frame.with_columns(pl.col(pl.String).str.replace(ESCAPED_FORMULA, "$1"))
+
+
+def spreadsheet_dates(
+    frame: pl.DataFrame, columns: Iterable[str], date_format: str
+) -> pl.DataFrame:
+    """`frame` with each date of the text `columns` that does not read in `date_format`, but does
+    in a spreadsheet locale's short form, written in `date_format`. A column's slashed dates are
+    day first or month first, whichever order reads them all; where both or neither do, they are
+    not guessed and stay as they are (as does any other text)."""
+    rewritten = []
+    for column in (c for c in columns if frame.schema.get(c) == pl.String):
+        text = pl.col(column).str.strip_chars()
+        slashed = frame.select(text.filter(text.str.contains(SLASHED)))
+        orders = [
+            order
+            for order in SLASHED_DATES
+            if slashed.select(text.str.to_date(order, strict=False).is_not_null().all()).item()
+        ]
+        forms = SPREADSHEET_DATES + (tuple(orders) if len(orders) == 1 else ())
+        read = pl.coalesce(text.str.to_date(form, strict=False) for form in forms)
+        rewritten.append(
+            pl.when(text.str.to_date(date_format, strict=False).is_null() & read.is_not_null())
+            .then(read.dt.strftime(date_format))
+            .otherwise(pl.col(column))
+            .alias(column)
+        )
+    return frame.with_columns(rewritten)
 
 
 def parquet_rows(path: Path) -> int:

@@ -14,7 +14,8 @@ Each record leaves with `label_source`: `correction` where a correction set its 
 
 A CSV file is read as a spreadsheet may save it (`io.read_spreadsheet_csv`): separated by its
 locale's list separator (a semicolon in much of Europe), formulas escaped by predict's CSV copy
-of the review file read back.
+of the review file read back, dates in its locale's short form (15.03.2024) read as dates
+(`io.spreadsheet_dates`), and true and false in its locale's words.
 
 A file that also says what was suggested (`predicted_label`, `confidence`, `novel`, as predict's
 review file does) gives the track record: for each correction used, the suggestion people were
@@ -46,8 +47,11 @@ from account_tax.data.spec import (
 )
 from account_tax.errors import DataError
 from account_tax.io import (
+    ISO_DATE,
+    SLASHED,
     SPREADSHEET_BOOLEANS,
     read_spreadsheet_csv,
+    spreadsheet_dates,
     write_parquet,
     write_parquets,
 )
@@ -93,7 +97,8 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
             if path.suffix.lower() == ".parquet":
                 frame = pl.read_parquet(path)
             else:
-                frame = read_spreadsheet_csv(path)
+                frame = spreadsheet_dates(read_spreadsheet_csv(path), spec.date, spec.date_format)
+                frame = spreadsheet_dates(frame, [REVIEWED_AT], ISO_DATE)
         except (OSError, pl.exceptions.PolarsError) as error:
             raise DataError(f"{path}: not a readable corrections file ({error})") from None
         id_column = spec.id if spec.id in frame.columns else ID
@@ -215,9 +220,12 @@ def apply_corrections(
     ledger = pl.scan_parquet(records)
     known = ledger.select(pl.col(spec.id).cast(pl.String).unique()).collect().to_series()
     rows = read_corrections(corrections, spec)
-    time = pl.coalesce(
-        pl.col(REVIEWED_AT).str.to_datetime(strict=False, time_zone="UTC"),
-        pl.col(REVIEWED_AT).str.to_date(strict=False).cast(pl.Datetime("us", "UTC")),
+    # A slashed date left by `spreadsheet_dates` reads day first or month first: not guessed.
+    time = pl.when(~pl.col(REVIEWED_AT).str.contains(SLASHED)).then(
+        pl.coalesce(
+            pl.col(REVIEWED_AT).str.to_datetime(strict=False, time_zone="UTC"),
+            pl.col(REVIEWED_AT).str.to_date(strict=False).cast(pl.Datetime("us", "UTC")),
+        )
     )
     problems = [
         (pl.col(_RECORD).is_null(), pl.lit(f"missing id in column '{spec.id}' or '{ID}'")),
