@@ -116,11 +116,12 @@ def run_job(job: str, spec: dict[str, Any]) -> dict[str, Any]:
         predict_part(records, predictor, part_paths(scratch / "shard"), chunks - 2, chunks)
         rows = options.chunk_rows
     elif job == "review_csv":
-        from account_tax.evaluation.prediction_parts import write_review_csv
+        from account_tax.evaluation.prediction_parts import PredictSettings, write_review_csv
         from account_tax.io import parquet_rows
 
         gathered = part_paths(scratch / "gathered")
-        write_review_csv(gathered.review, gathered.review.with_suffix(".csv"))
+        separator = PredictSettings.of(settings["predict"]).review_csv_separator
+        write_review_csv(gathered.review, gathered.review.with_suffix(".csv"), separator)
         rows = parquet_rows(gathered.review)
     else:
         from account_tax.evaluation.prediction_parts import PredictSettings, gather_parts

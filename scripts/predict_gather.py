@@ -35,13 +35,14 @@ def main() -> None:
         PredictPaths(*files)
         for files in zip(args.predictions_parts, args.rejects_parts, args.review_parts, strict=True)
     ]
+    settings = PredictSettings.of(args.settings["predict"])
     counts = gather_parts(
         parts,
         args.records,
         PredictPaths(args.output, args.rejects, args.review),
-        PredictSettings.of(args.settings["predict"]).chunk_rows,
+        settings.chunk_rows,
     )
-    write_review_csv(args.review, args.review_csv)
+    write_review_csv(args.review, args.review_csv, settings.review_csv_separator)
     log_stage(
         args.tracking,
         f"predict/{args.output.stem}",

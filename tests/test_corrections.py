@@ -251,8 +251,9 @@ def test_reviewed_suggestions_make_the_track_record(ledger, tmp_path, caplog):
     assert rows["confidence"].to_list() == pytest.approx([0.97, 0.62, 0.91], abs=1e-6)
 
 
+@pytest.mark.parametrize("separator", [",", ";"])
 def test_a_memo_a_spreadsheet_would_run_is_escaped_in_the_review_csv_and_read_back(
-    ledger, tmp_path
+    ledger, tmp_path, separator
 ):
     """A new record's memo or vendor that starts like a formula (CSV injection) is written to the
     review file's CSV copy with a leading apostrophe, so that a spreadsheet shows it as text; a
@@ -268,14 +269,16 @@ def test_a_memo_a_spreadsheet_would_run_is_escaped_in_the_review_csv_and_read_ba
         pl.lit("review").alias("decision"),
     )
     review.write_parquet(tmp_path / "march.review.parquet")
-    write_review_csv(tmp_path / "march.review.parquet", tmp_path / "march.review.csv")
-    sheet = pl.read_csv(tmp_path / "march.review.csv", infer_schema=False)
+    write_review_csv(tmp_path / "march.review.parquet", tmp_path / "march.review.csv", separator)
+    sheet = pl.read_csv(tmp_path / "march.review.csv", infer_schema=False, separator=separator)
     assert sheet.row(0, named=True) | {"account": None} == {
         **review.row(0, named=True),
         "memo": """'=HYPERLINK("http://example.invalid","invoice")""",
         "vendor": "'@SUM(A1)",
     }
-    sheet.with_columns(pl.lit("4930").alias("account")).write_csv(tmp_path / "reviewed.csv")
+    sheet.with_columns(pl.lit("4930").alias("account")).write_csv(
+        tmp_path / "reviewed.csv", separator=separator
+    )
 
     counts = apply_in(tmp_path, records, [tmp_path / "reviewed.csv"], spec)
 

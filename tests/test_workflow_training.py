@@ -95,7 +95,8 @@ def trained(tmp_path_factory, s3_server):
         # The tiny model's embeddings lie close together; the final head has tests of its own.
         "final_head": "learned",
     }
-    config["predict"] = {"inputs": {"new": str(new_records)}}
+    # Reviewers whose spreadsheet writes decimal commas (Excel in German) open semicolons.
+    config["predict"] = {"inputs": {"new": str(new_records)}, "review_csv_separator": ";"}
     # The ledger is small: a threshold may rest on a few validation rows, so both decisions occur.
     config["review"] = {"target_precision": 0.5, "confidence_level": 0.5}
     config["evaluate"] = {"bootstrap_resamples": 200, "amount_column": "amount"}
@@ -315,15 +316,15 @@ def test_the_review_csv_filled_in_as_a_spreadsheet_would_is_a_corrections_file(t
     the threshold."""
     workdir, config, *_ = trained
     predict = workdir / "results/predict"
-    shipped = pl.read_csv(predict / "new.review.csv", infer_schema=False)
+    shipped = pl.read_csv(predict / "new.review.csv", infer_schema=False, separator=";")
     assert shipped.columns == pl.read_parquet_schema(predict / "new.review.parquet").names()
     assert shipped.height == parquet_rows(predict / "new.review.parquet")
     # Here every prediction cleared the threshold.
     review = pl.read_parquet(predict / "new.parquet").sort("confidence", "source_row")
     review.write_parquet(tmp_path / "review.parquet")
-    write_review_csv(tmp_path / "review.parquet", tmp_path / "review.csv")
+    write_review_csv(tmp_path / "review.parquet", tmp_path / "review.csv", ";")
     assert (tmp_path / "review.csv").read_bytes().startswith(codecs.BOM_UTF8)
-    sheet = pl.read_csv(tmp_path / "review.csv", infer_schema=False)
+    sheet = pl.read_csv(tmp_path / "review.csv", infer_schema=False, separator=";")
     assert sheet.columns == review.columns
     assert sheet["id"].to_list() == review["id"].to_list()
     for column in ("top_k_labels", "evidence_ids", "evidence_texts", "evidence_accounts"):
@@ -338,7 +339,9 @@ def test_the_review_csv_filled_in_as_a_spreadsheet_would_is_a_corrections_file(t
 
     chosen = ["1800", "4210", "4400", "4930"][: review.height]
     reviewed = tmp_path / "reviewed.csv"
-    sheet.with_columns(pl.Series("account", chosen)).write_csv(reviewed, include_bom=True)
+    sheet.with_columns(pl.Series("account", chosen)).write_csv(
+        reviewed, include_bom=True, separator=";"
+    )
     settings = complete(config)
     counts = apply_corrections(
         workdir / "results/clean/records.parquet",

@@ -158,13 +158,16 @@ SLASHED_DATES = ("%d/%m/%Y", "%m/%d/%Y")
 SLASHED = r"^\d{1,2}/\d{1,2}/\d{4}$"
 
 
-def write_spreadsheet_csv(frame: pl.LazyFrame, path: Path) -> None:
+def write_spreadsheet_csv(frame: pl.LazyFrame, path: Path, separator: str) -> None:
     """Stream a lazy frame to a CSV file as spreadsheets open it: UTF-8 with a byte-order mark
-    (without it Excel reads the file in the system's code page), formulas escaped."""
+    (without it Excel reads the file in the system's code page), formulas escaped, separated by
+    `separator` (one of `CSV_SEPARATORS`)."""
     text = pl.col(pl.String)
     formula = text.str.contains(FORMULA) & text.cast(pl.Float64, strict=False).is_null()
     escaped = frame.with_columns(pl.when(formula).then(text.str.replace("^", "'")).otherwise(text))
-    _replace_atomically([path], lambda tmps: escaped.sink_csv(tmps[0], include_bom=True))
+    _replace_atomically(
+        [path], lambda tmps: escaped.sink_csv(tmps[0], include_bom=True, separator=separator)
+    )
 
 
 def read_spreadsheet_csv(path: Path) -> pl.DataFrame:

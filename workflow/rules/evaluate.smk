@@ -243,7 +243,9 @@ rule predict:
         script=script("predict_gather"),
         code=code_sha256("predict_gather"),
         tracking=RUN_FILE,
-        settings=settings("predict.shards", "predict.chunk_rows"),
+        settings=settings(
+            "predict.shards", "predict.chunk_rows", "predict.review_csv_separator"
+        ),
         paths=path_options(),
     shell:
         "python {params.script} --settings {params.settings:q} {params.paths}"

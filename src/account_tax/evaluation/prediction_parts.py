@@ -31,6 +31,7 @@ class PredictSettings(SectionView):
     inputs: dict[str, str]
     top_k: int
     evidence_k: int
+    review_csv_separator: str
     shards: int
     chunk_rows: int
     runtime: str
@@ -147,11 +148,11 @@ def append_in_review_order(
                 append_in_review_order([bucket.path], bucket_keys, work, bucket_rows, ordered)
 
 
-def write_review_csv(review: Path, target: Path) -> None:
+def write_review_csv(review: Path, target: Path, separator: str) -> None:
     """The rows to review as a spreadsheet opens them, for the people who review: the review
     file's rows in its order and its columns, each list (the top k, the evidence) one cell with an
-    item a line, its numbers to 4 decimals. Filled in (the account column) and saved as CSV, it
-    is a corrections file as it stands (`data.corrections`)."""
+    item a line, its numbers to 4 decimals, separated by `separator`. Filled in (the account
+    column) and saved as CSV, it is a corrections file as it stands (`data.corrections`)."""
     rows = pl.scan_parquet(review)
     lists = [
         pl.col(name)
@@ -160,7 +161,7 @@ def write_review_csv(review: Path, target: Path) -> None:
         for name, dtype in rows.collect_schema().items()
         if isinstance(dtype, pl.List)
     ]
-    write_spreadsheet_csv(rows.with_columns(lists), target)
+    write_spreadsheet_csv(rows.with_columns(lists), target, separator)
 
 
 def gather_parts(
