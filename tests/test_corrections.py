@@ -376,3 +376,31 @@ def test_slashed_dates_that_read_in_either_order_are_not_guessed(ledger, tmp_pat
         "unparseable date (format %Y-%m-%d) in column 'date': '3/5/2024'",
         "unparseable time in column 'reviewed_at': '3/5/2026' (an ISO date or time)",
     ]
+
+
+def test_review_times_in_any_iso_form_are_compared_as_moments(ledger, tmp_path):
+    """Times written in different ISO forms (a space or a T, an offset or none, a date alone) are
+    each read as what they say, whatever form a column starts with: the latest moment counts,
+    though 11:00 at +02:00 reads later on the clock than 09:30 at UTC."""
+    spec, records = ledger
+    first = corrections_file(
+        tmp_path / "monday.csv",
+        [
+            {"entry_id": "E00001", "account": "4210", "reviewed_at": "2025-01-06 09:30"},
+            {"entry_id": "E00001", "account": "4400", "reviewed_at": "2025-01-06"},
+        ],
+    )
+    second = tmp_path / "tuesday.parquet"
+    pl.DataFrame(
+        {"id": ["E00001"], "account": ["1800"], "reviewed_at": ["2025-01-06T11:00:00+02:00"]}
+    ).write_parquet(second)
+
+    counts = apply_in(tmp_path, records, [first, second], spec)
+
+    assert (counts.applied, counts.superseded, counts.rejected) == (1, 2, 2)
+    corrected = pl.read_parquet(tmp_path / "corrected.parquet")
+    assert corrected.filter(pl.col("entry_id") == "E00001")["account"].to_list() == ["4210"]
+    assert (
+        pl.read_parquet(tmp_path / "rejects.parquet")[REASON].to_list()
+        == [f"superseded by the later correction in row 1 of {first}"] * 2
+    )

@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import tempfile
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -48,7 +49,6 @@ from account_tax.data.spec import (
 from account_tax.errors import DataError
 from account_tax.io import (
     ISO_DATE,
-    SLASHED,
     SPREADSHEET_BOOLEANS,
     read_spreadsheet_csv,
     spreadsheet_dates,
@@ -86,6 +86,17 @@ class CorrectionCounts:
 def record_columns(spec: DataSpec) -> list[str]:
     """What a corrections row needs besides its account to be a whole record."""
     return [c for c in spec.columns if c != spec.label]
+
+
+def iso_time(text: str) -> datetime | None:
+    """An ISO 8601 date or time in UTC (one without an offset taken as UTC), or None. Value by
+    value: polars' format guess, made once per column, failed every time not in the form of the
+    column's first (2025-01-06T09:00Z after 2025-01-06 09:00) and read 3/5/2026 as it guessed."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
@@ -220,13 +231,7 @@ def apply_corrections(
     ledger = pl.scan_parquet(records)
     known = ledger.select(pl.col(spec.id).cast(pl.String).unique()).collect().to_series()
     rows = read_corrections(corrections, spec)
-    # A slashed date left by `spreadsheet_dates` reads day first or month first: not guessed.
-    time = pl.when(~pl.col(REVIEWED_AT).str.contains(SLASHED)).then(
-        pl.coalesce(
-            pl.col(REVIEWED_AT).str.to_datetime(strict=False, time_zone="UTC"),
-            pl.col(REVIEWED_AT).str.to_date(strict=False).cast(pl.Datetime("us", "UTC")),
-        )
-    )
+    time = pl.col(REVIEWED_AT).map_elements(iso_time, return_dtype=pl.Datetime("us", "UTC"))
     problems = [
         (pl.col(_RECORD).is_null(), pl.lit(f"missing id in column '{spec.id}' or '{ID}'")),
         (pl.col(_ACCOUNT).is_null(), pl.lit(f"missing account in column '{spec.label}'")),
