@@ -49,8 +49,10 @@ def apply_in(folder, records, files, spec):
     )
 
 
-def corrections_file(path, rows):
-    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(path)
+def corrections_file(path, rows, separator=","):
+    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(
+        path, separator=separator
+    )
     return path
 
 
@@ -344,9 +346,7 @@ def test_dates_a_spreadsheet_saved_in_its_locales_form_read_as_the_dates_they_we
         ledger_row(1, account="4210") | {"reviewed_at": reviewed[0]},
         ledger_row(1, account="4400") | {"reviewed_at": reviewed[1]},
     ]
-    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(
-        tmp_path / "reviewed.csv", separator=separator
-    )
+    corrections_file(tmp_path / "reviewed.csv", rows, separator)
 
     counts = apply_in(tmp_path, records, [tmp_path / "reviewed.csv"], spec)
 
