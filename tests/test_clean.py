@@ -150,8 +150,8 @@ def test_duplicates_kept_when_configured(tmp_path, write_csv):
 @pytest.mark.parametrize(
     ("overrides", "reason"),
     [
-        ({"amount": "12,34x"}, "unparseable number in column 'amount': '12,34x'"),
-        ({"amount": "inf"}, "unparseable number in column 'amount': 'inf'"),
+        ({"amount": "12,34x"}, "unparseable number (format 1234.5) in column 'amount': '12,34x'"),
+        ({"amount": "inf"}, "unparseable number (format 1234.5) in column 'amount': 'inf'"),
         (
             {"date": "2024-13-45"},
             "unparseable date (format %Y-%m-%d) in column 'date': '2024-13-45'",
@@ -217,8 +217,8 @@ def test_training_data_with_every_row_rejected_stops_naming_the_commonest_reason
     path = write_csv(rows)
     expected = (
         f"{path}: all 4 rows were rejected, nothing is left to train on; the commonest reasons: "
-        "unparseable number in column 'amount': 'x' (3 rows); unparseable date (format "
-        "%Y-%m-%d) in column 'date': 'never' (1 rows)"
+        "unparseable number (format 1234.5) in column 'amount': 'x' (3 rows); "
+        "unparseable date (format %Y-%m-%d) in column 'date': 'never' (1 rows)"
     )
     with pytest.raises(DataError) as raised:
         run_clean(tmp_path, path)
@@ -258,3 +258,46 @@ def test_counts_add_up_on_a_mixed_file(tmp_path, write_csv):
     assert counts.rows_in == 24
     assert counts.rows_in == frame.height + rejects.height + counts.duplicates
     assert (frame.height, rejects.height, counts.duplicates) == (20, 2, 2)
+
+
+@pytest.mark.parametrize(
+    ("number_format", "read", "refused"),
+    [
+        ("1234.5", {"-12.5": -12.5, "1234.50": 1234.5}, ["1,234.5", "12,5"]),
+        (
+            "1,234.5",
+            {"1,234.56": 1234.56, "-1,234,567.5": -1234567.5, "1234.5": 1234.5, "999": 999.0},
+            ["1,5", "12,34.5", "1.234,5"],
+        ),
+        ("1234,5", {"12,5": 12.5, "-0,75": -0.75, "1234": 1234.0}, ["1.5", "1.234,5"]),
+        (
+            "1.234,5",
+            {"1.234,56": 1234.56, "1.234.567": 1234567.0, "1234,5": 1234.5, "-12,5": -12.5},
+            ["1.5", "1.23,4", "1,234.5", "12.34"],
+        ),
+        (
+            "1 234,5",
+            {"1 234,5": 1234.5, "1\u00a0234,5": 1234.5, "-1\u202f234\u202f567": -1234567.0},
+            ["1 23,4", "1.5"],
+        ),
+        ("1'234.5", {"1'234.5": 1234.5, "1\u2019234.50": 1234.5}, ["1'23.4", "1,5"]),
+    ],
+)
+def test_numbers_read_in_the_configured_format(tmp_path, write_csv, number_format, read, refused):
+    """A number reads in `data.number_format`: its thousands separator only where it groups
+    digits in threes, its decimal separator only the format's. What could mean another number
+    there (1.5 where a comma is the decimal separator) is a reject naming the format, not a
+    guess."""
+    amounts = [*read, *refused]
+    rows = [ledger_row(n, amount=amount) for n, amount in enumerate(amounts, start=1)]
+    path = write_csv(rows)
+    spec = ledger_spec(path, number_format=number_format)
+
+    counts, frame, rejects = run_clean(tmp_path, path, spec=spec)
+
+    assert (counts.rows_out, counts.rejected) == (len(read), len(refused))
+    assert frame["amount"].to_list() == list(read.values())
+    assert rejects[REASON].to_list() == [
+        f"unparseable number (format {number_format}) in column 'amount': '{amount}'"
+        for amount in refused
+    ]

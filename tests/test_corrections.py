@@ -1,6 +1,7 @@
 """Corrections applied to the clean ledger: labels replaced, every row accounted for, the latest
 correction of a record counts, and predict's review file reads as a corrections file."""
 
+import dataclasses
 import json
 
 import polars as pl
@@ -211,7 +212,31 @@ def test_a_reviewed_record_the_ledger_lacks_joins_it_cleaned(ledger, tmp_path):
     assert joined["source_row"] == ledger_rows["source_row"].max() + 1
     (refused,) = pl.read_parquet(tmp_path / "rejects.parquet").iter_rows(named=True)
     assert (refused["source_row"], refused["entry_id"]) == (2, "E00501")
-    assert refused["reason"] == "unparseable number in column 'amount': '12,x'"
+    assert refused["reason"] == "unparseable number (format 1234.5) in column 'amount': '12,x'"
+
+
+def test_a_reviewed_records_amount_reads_in_the_ledgers_number_format(ledger, tmp_path):
+    """A German ledger's amounts come back from the review as predict wrote them (1.234,56) or
+    as a German spreadsheet saves them (1234,56): both read, in `data.number_format`, and a
+    number that format does not read is a reject that names it."""
+    spec, records = ledger
+    spec = dataclasses.replace(spec, number_format="1.234,5")
+    rows = [
+        ledger_row(500, amount="1.234,56") | {"reviewed_at": ""},
+        ledger_row(501, amount="1234,56") | {"reviewed_at": ""},
+        ledger_row(502, amount="1.5") | {"reviewed_at": ""},
+    ]
+    corrections_file(tmp_path / "reviewed.csv", rows, ";")
+
+    counts = apply_in(tmp_path, records, [tmp_path / "reviewed.csv"], spec)
+
+    assert (counts.added, counts.rejected) == (2, 1)
+    corrected = pl.read_parquet(tmp_path / "corrected.parquet")
+    joined = corrected.filter(pl.col("entry_id").is_in(["E00500", "E00501"])).sort("entry_id")
+    assert joined["amount"].to_list() == [1234.56, 1234.56]
+    assert pl.read_parquet(tmp_path / "rejects.parquet")[REASON].to_list() == [
+        "unparseable number (format 1.234,5) in column 'amount': '1.5'"
+    ]
 
 
 def test_reviewed_suggestions_make_the_track_record(ledger, tmp_path, caplog):
@@ -354,6 +379,35 @@ def test_dates_a_spreadsheet_saved_in_its_locales_form_read_as_the_dates_they_we
     corrected = pl.read_parquet(tmp_path / "corrected.parquet")
     joined = corrected.filter(pl.col("entry_id").is_in(["E00500", "E00501"])).sort("entry_id")
     assert joined["date"].cast(pl.String).to_list() == ["2024-03-15", "2024-03-05"]
+    assert corrected.filter(pl.col("entry_id") == "E00001")["account"].to_list() == ["4210"]
+
+
+@pytest.mark.parametrize(
+    ("separator", "later", "earlier"),
+    [
+        (";", "30.11.2026 14:30", "30.11.2026 09:05"),  # German
+        (",", "11/30/2026 2:30 PM", "11/30/2026 9:05 AM"),  # American English
+        (",", "30/11/2026 14:30:00", "30/11/2026 09:05:00"),  # British English
+        (",", "2026/11/30 14:30", "2026/11/30 9:05"),  # Japanese
+    ],
+)
+def test_review_times_a_spreadsheet_saved_in_its_locales_form_order_the_corrections(
+    ledger, tmp_path, separator, later, earlier
+):
+    """A review time with its clock time, as a spreadsheet saves it in its locale (the date in
+    its short form, the hour without a leading zero, AM and PM), orders two corrections of one
+    record made on one day: the afternoon's counts, though it comes first in the file."""
+    spec, records = ledger
+    rows = [
+        {"entry_id": "E00001", "account": "4210", "reviewed_at": later},
+        {"entry_id": "E00001", "account": "4400", "reviewed_at": earlier},
+    ]
+    corrections_file(tmp_path / "reviewed.csv", rows, separator)
+
+    counts = apply_in(tmp_path, records, [tmp_path / "reviewed.csv"], spec)
+
+    assert (counts.applied, counts.superseded, counts.rejected) == (1, 1, 1)
+    corrected = pl.read_parquet(tmp_path / "corrected.parquet")
     assert corrected.filter(pl.col("entry_id") == "E00001")["account"].to_list() == ["4210"]
 
 

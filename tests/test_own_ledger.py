@@ -45,6 +45,19 @@ def make_run(repository: Path) -> subprocess.CompletedProcess:
     )
 
 
+def german_export(path: Path) -> None:
+    """The ledger as German accounting software exports it: amounts a hundred times larger,
+    written 1.234,00, and dates 15.03.2024 (the bad rows' values stay as they were)."""
+    rows = pl.read_csv(path, infer_schema=False)
+    german = (pl.col("amount").cast(pl.Float64, strict=False) * 100).map_elements(
+        lambda a: f"{a:,.2f}".translate(str.maketrans(",.", ".,")), return_dtype=pl.String
+    )
+    date = pl.col("date").str.to_date("%Y-%m-%d", strict=False).dt.strftime("%d.%m.%Y")
+    rows.with_columns(
+        pl.coalesce(german, "amount").alias("amount"), pl.coalesce(date, "date").alias("date")
+    ).write_csv(path)
+
+
 @pytest.fixture
 def short_folder():
     """A folder with a short path: the local S3 server's sockets live in the clone, and a socket
@@ -58,6 +71,7 @@ def test_make_run_on_my_own_ledger_and_chart(short_folder):
     exports = repository / "exports"
     exports.mkdir()
     rows_in = small_ledger(exports / "ledger-2025.csv")
+    german_export(exports / "ledger-2025.csv")
     pl.DataFrame(
         {
             "account": ["4000", "4930", "4210", "4400", "1000", "1800"],
@@ -70,7 +84,8 @@ def test_make_run_on_my_own_ledger_and_chart(short_folder):
         "data": {
             "path": "exports/ledger-2025.csv",
             "columns": LEDGER_COLUMNS,
-            "date_format": "%Y-%m-%d",
+            "date_format": "%d.%m.%Y",
+            "number_format": "1.234,5",
             "classes": "exports/chart-of-accounts.csv",
             "chart_columns": {"code": "account", "name": "title", "parent": "group"},
         },
@@ -86,6 +101,11 @@ def test_make_run_on_my_own_ledger_and_chart(short_folder):
     results = repository / "results"
     counts = json.loads((results / "clean/counts.json").read_text())
     assert counts["rows_in"] == rows_in
+    # Only small_ledger's three bad rows are rejects: the German amounts and dates read.
+    assert (counts["rejected"], counts["duplicates"]) == (3, 2)
+    cleaned = pl.read_parquet(results / "clean/records.parquet")
+    assert cleaned["amount"].sort().to_list() == [(10 + i) * 100.0 for i in range(60)]
+    assert str(cleaned["date"].max()) == "2024-03-15"
     label_map = json.loads((results / "features/label_map.json").read_text())
     assert label_map["labels"] == ["4000", "4930", "4210", "4400", "1000", "1800"]
     evaluation = json.loads((results / "evaluate/metrics.json").read_text())

@@ -12,6 +12,7 @@ import pytest
 from mlflow import MlflowClient
 from sample_ledger import ledger_row, ledger_spec
 
+from account_tax.data.clean import CleanSettings, clean
 from account_tax.data.ingest import ingest
 from account_tax.errors import DataError
 from account_tax.evaluation.ledger_rules import RuleSettings, learn_rules, report
@@ -24,6 +25,7 @@ from account_tax.tracking.registry import (
     champion_decision,
     check_request,
     evaluated_rows_sha256,
+    input_example,
     ledger_rules_tags,
     request_records,
     rules_sentence,
@@ -241,3 +243,36 @@ def test_a_version_names_its_ledger_rules_and_whether_they_may_post(tmp_path, ta
     assert rules_sentence(tags) == f"1 learned, {trusted}"
     assert ledger_rules_tags(None, None) == {"ledger_rules": "none"}
     assert rules_sentence({"ledger_rules": "none"}) == "none"
+
+
+def test_the_input_example_is_written_as_the_ledger_writes_its_records(tmp_path, write_csv):
+    """The model registered for serving is checked on a few test records as a request sends
+    them, as text: in a German ledger's formats, they read back as the records they were."""
+    german = {"date_format": "%d.%m.%Y", "number_format": "1.234,5"}
+    rows = [
+        ledger_row(1, amount="1.234,56", date="15.03.2024"),
+        ledger_row(2, amount="-0,5", date="01.12.2023"),
+        ledger_row(3, amount="7", date="29.02.2024"),
+    ]
+    path = write_csv(rows)
+    spec = ledger_spec(path, **german)
+
+    def cleaned(source, folder):
+        folder.mkdir()
+        ingest(spec, folder / "records.parquet", source)
+        clean(
+            folder / "records.parquet",
+            spec,
+            folder / "clean.parquet",
+            folder / "rejects.parquet",
+            CleanSettings.of(),
+        )
+        return pl.read_parquet(folder / "clean.parquet")
+
+    records = cleaned(path, tmp_path / "ledger")
+    records.write_parquet(tmp_path / "test_records.parquet")
+    example = input_example(tmp_path / "test_records.parquet", spec)
+    assert example["amount"].tolist() == ["1234,56", "-0,5", "7,0"]
+    example.to_csv(tmp_path / "request.csv", index=False)
+    again = cleaned(tmp_path / "request.csv", tmp_path / "request")
+    assert again.select("amount", "date").equals(records.select("amount", "date"))

@@ -23,7 +23,7 @@ SYNTHETIC_CONFIG = REPO / "config" / "synthetic_ledger.yaml"
 
 # How clean names each kind of dirty row in its rejects file.
 REJECT_REASONS = {
-    "bad_amount": "unparseable number in column 'amount'",
+    "bad_amount": "unparseable number (format 1234.5) in column 'amount'",
     "bad_date": "unparseable date",
     "missing_label": "missing label in column 'account'",
     "unknown_label": "unknown class",

@@ -263,7 +263,7 @@ def test_predictions_for_new_records_with_rejects(trained):
     review = pl.read_parquet(workdir / "results/predict/new.review.parquet")
     assert predictions.height + rejects.height == 4
     assert rejects.get_column("reason").to_list() == [
-        "unparseable number in column 'amount': 'not a number'"
+        "unparseable number (format 1234.5) in column 'amount': 'not a number'"
     ]
     assert predictions.get_column("id").to_list() == ["E00500", "E00501", "E00502"]
     assert predictions.get_column("account").to_list() == [None, "4210", "4400"]
@@ -1160,7 +1160,7 @@ def test_champion_served_over_http_equals_predict(trained):
         server.wait(timeout=30)
     assert_served_equals_predict(served, workdir, "new")
     assert served.loc[served["reason"].notna(), "reason"].tolist() == [
-        "unparseable number in column 'amount': 'not a number'"
+        "unparseable number (format 1234.5) in column 'amount': 'not a number'"
     ]
 
 

@@ -7,6 +7,7 @@ names the column and the value), or the duplicate count. The three are checked t
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -28,6 +29,9 @@ REPLACEMENT_CHARACTER = "\ufffd"
 ROW_HASH = "__row_hash"
 POSITION = "__position"
 UNUSABLE = "__unusable"
+NUMBER_SPACES = {" ": "[ \u00a0\u202f]", "'": "['\u2019]"}
+"""The characters a thousands separator stands for: a spreadsheet writes a space as a no-break
+space (French) or a narrow one, an apostrophe as a typographic one (Swiss)."""
 # A text column with at most this many distinct values (estimated) is normalised once per value
 # and mapped, instead of once per row.
 FEW_DISTINCT = 100_000
@@ -119,6 +123,34 @@ def row_hash(columns: Sequence[str]) -> pl.Expr:
     return pl.struct(columns).hash()
 
 
+def plain_number(text: pl.Expr, number_format: str) -> pl.Expr:
+    """`text`, a number written in `number_format` (one of `data.number_format`'s), as Python
+    writes it: its thousands separators dropped where they group digits in threes, its decimal
+    comma a point. Null where a decimal comma's number holds a point, which is neither."""
+    decimal = number_format[-2]
+    thousands = number_format[1] if len(number_format) == len("1,234.5") else None
+    if thousands is not None:
+        if thousands in NUMBER_SPACES:
+            text = text.str.replace_all(NUMBER_SPACES[thousands], thousands)
+        grouped = rf"^[+-]?\d{{1,3}}(?:{re.escape(thousands)}\d{{3}})+(?:{re.escape(decimal)}\d*)?$"
+        text = (
+            pl.when(text.str.contains(grouped))
+            .then(text.str.replace_all(thousands, "", literal=True))
+            .otherwise(text)
+        )
+    if decimal == ",":
+        text = pl.when(~text.str.contains(".", literal=True)).then(
+            text.str.replace(",", ".", literal=True)
+        )
+    return text
+
+
+def written_number(value: pl.Expr, number_format: str) -> pl.Expr:
+    """A numeric `value` as text that `plain_number` reads back in `number_format`: ungrouped,
+    with the format's decimal separator."""
+    return value.cast(pl.String).str.replace(".", number_format[-2], literal=True)
+
+
 def later_duplicates(records: pl.LazyFrame, columns: Sequence[str]) -> pl.Series:
     """Positions of the rows of `records` equal in all `columns` to an earlier row.
 
@@ -174,14 +206,17 @@ def typed_columns(
             bad = parsed.is_infinite()
         else:
             text = raw(column).str.strip_chars()
-            parsed = text.cast(pl.Float64, strict=False)
+            parsed = plain_number(text, spec.number_format).cast(pl.Float64, strict=False)
             bad = (text.str.len_chars() > 0) & (parsed.is_null() | parsed.is_infinite())
         values.append(parsed.fill_nan(None).alias(column))
         problems.append(
             _problem(
                 bad,
                 pl.concat_str(
-                    pl.lit(f"unparseable number in column '{column}': "), _quoted(raw(column))
+                    pl.lit(
+                        f"unparseable number (format {spec.number_format}) in column '{column}': "
+                    ),
+                    _quoted(raw(column)),
                 ),
             )
         )

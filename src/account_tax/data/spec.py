@@ -36,6 +36,7 @@ class DataSpec:
     csv_separator: str
     null_values: tuple[str, ...]
     date_format: str
+    number_format: str
     # Files of reviewed rows whose accounts replace the ledger's (data/corrections.py).
     corrections: tuple[str, ...]
 
@@ -63,6 +64,7 @@ class DataSpec:
             csv_separator=data["csv_separator"],
             null_values=tuple(data["null_values"]),
             date_format=data["date_format"],
+            number_format=data["number_format"],
             corrections=tuple(data["corrections"]),
         )
 

@@ -43,7 +43,7 @@ import polars as pl
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import BAD_REQUEST, INTERNAL_ERROR
 
-from account_tax.data.clean import REASON
+from account_tax.data.clean import REASON, written_number
 from account_tax.data.features import LABEL_MAP
 from account_tax.data.serialize import ID, read_labels
 from account_tax.data.spec import DataSpec
@@ -238,6 +238,7 @@ def input_example(test_records: Path, spec: DataSpec) -> pd.DataFrame:
     """A few test records, as text in their configured formats."""
     frame = pl.read_parquet(test_records).head(INPUT_EXAMPLE_ROWS).select(list(input_columns(spec)))
     frame = frame.with_columns(pl.col(c).dt.strftime(spec.date_format) for c in spec.date)
+    frame = frame.with_columns(written_number(pl.col(c), spec.number_format) for c in spec.numeric)
     return frame.with_columns(pl.all().cast(pl.String)).to_pandas()
 
 
