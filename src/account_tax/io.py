@@ -156,6 +156,11 @@ ISO_DATE = "%Y-%m-%d"
 SPREADSHEET_DATES = (ISO_DATE, "%d.%m.%Y", "%Y/%m/%d")
 SLASHED_DATES = ("%d/%m/%Y", "%m/%d/%Y")
 SLASHED = r"^\d{1,2}/\d{1,2}/\d{4}$"
+SPREADSHEET_TIMES = tuple(
+    f"{ISO_DATE} {clock}" for clock in ("%H:%M", "%H:%M:%S", "%I:%M %p", "%I:%M:%S %p")
+)
+"""A review time as a spreadsheet writes it, once `spreadsheet_dates` has its date in ISO form:
+the hour without its leading zero (9:05), or of twelve, with AM or PM."""
 
 
 def write_spreadsheet_csv(frame: pl.LazyFrame, path: Path, separator: str) -> None:
@@ -184,23 +189,26 @@ def spreadsheet_dates(
     frame: pl.DataFrame, columns: Iterable[str], date_format: str
 ) -> pl.DataFrame:
     """`frame` with each date of the text `columns` that does not read in `date_format`, but does
-    in a spreadsheet locale's short form, written in `date_format`. A column's slashed dates are
-    day first or month first, whichever order reads them all; where both or neither do, they are
-    not guessed and stay as they are (as does any other text)."""
+    in a spreadsheet locale's short form, written in `date_format`, and any time of day after it
+    kept as it is. A column's slashed dates are day first or month first, whichever order reads
+    them all; where both or neither do, they are not guessed and stay as they are (as does any
+    other text)."""
     rewritten = []
     for column in (c for c in columns if frame.schema.get(c) == pl.String):
         text = pl.col(column).str.strip_chars()
-        slashed = frame.select(text.filter(text.str.contains(SLASHED)))
+        # A time of day after the date (a review time) stays as it is, after the date rewritten.
+        date, time = text.str.extract(r"^(\S+)", 1), text.str.extract(r"^\S+(\s.*)$", 1)
+        slashed = frame.select(date.filter(date.str.contains(SLASHED)))
         orders = [
             order
             for order in SLASHED_DATES
-            if slashed.select(text.str.to_date(order, strict=False).is_not_null().all()).item()
+            if slashed.select(date.str.to_date(order, strict=False).is_not_null().all()).item()
         ]
         forms = SPREADSHEET_DATES + (tuple(orders) if len(orders) == 1 else ())
-        read = pl.coalesce(text.str.to_date(form, strict=False) for form in forms)
+        read = pl.coalesce(date.str.to_date(form, strict=False) for form in forms)
         rewritten.append(
             pl.when(text.str.to_date(date_format, strict=False).is_null() & read.is_not_null())
-            .then(read.dt.strftime(date_format))
+            .then(pl.concat_str(read.dt.strftime(date_format), time.fill_null("")))
             .otherwise(pl.col(column))
             .alias(column)
         )

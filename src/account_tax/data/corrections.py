@@ -50,6 +50,7 @@ from account_tax.errors import DataError
 from account_tax.io import (
     ISO_DATE,
     SPREADSHEET_BOOLEANS,
+    SPREADSHEET_TIMES,
     read_spreadsheet_csv,
     spreadsheet_dates,
     write_parquet,
@@ -88,15 +89,26 @@ def record_columns(spec: DataSpec) -> list[str]:
     return [c for c in spec.columns if c != spec.label]
 
 
-def iso_time(text: str) -> datetime | None:
-    """An ISO 8601 date or time in UTC (one without an offset taken as UTC), or None. Value by
-    value: polars' format guess, made once per column, failed every time not in the form of the
-    column's first (2025-01-06T09:00Z after 2025-01-06 09:00) and read 3/5/2026 as it guessed."""
+def review_time(text: str) -> datetime | None:
+    """An ISO 8601 date or time, or a date and time in a spreadsheet's form once its date is ISO
+    (`SPREADSHEET_TIMES`), in UTC (one without an offset taken as UTC), or None. Value by value:
+    polars' format guess, made once per column, failed every time not in the form of the column's
+    first (2025-01-06T09:00Z after 2025-01-06 09:00) and read 3/5/2026 as it guessed."""
+    text = text.strip()
     try:
-        moment = datetime.fromisoformat(text.strip())
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        moment = next(filter(None, (_strptime(text, form) for form in SPREADSHEET_TIMES)), None)
+        if moment is None:
+            return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _strptime(text: str, form: str) -> datetime | None:
+    try:
+        return datetime.strptime(text, form)
     except ValueError:
         return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
@@ -231,7 +243,7 @@ def apply_corrections(
     ledger = pl.scan_parquet(records)
     known = ledger.select(pl.col(spec.id).cast(pl.String).unique()).collect().to_series()
     rows = read_corrections(corrections, spec)
-    time = pl.col(REVIEWED_AT).map_elements(iso_time, return_dtype=pl.Datetime("us", "UTC"))
+    time = pl.col(REVIEWED_AT).map_elements(review_time, return_dtype=pl.Datetime("us", "UTC"))
     problems = [
         (pl.col(_RECORD).is_null(), pl.lit(f"missing id in column '{spec.id}' or '{ID}'")),
         (pl.col(_ACCOUNT).is_null(), pl.lit(f"missing account in column '{spec.label}'")),
