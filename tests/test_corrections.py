@@ -3,6 +3,7 @@ correction of a record counts, and predict's review file reads as a corrections 
 
 import dataclasses
 import json
+import re
 
 import polars as pl
 import pytest
@@ -237,6 +238,33 @@ def test_a_reviewed_records_amount_reads_in_the_ledgers_number_format(ledger, tm
     assert pl.read_parquet(tmp_path / "rejects.parquet")[REASON].to_list() == [
         "unparseable number (format 1.234,5) in column 'amount': '1.5'"
     ]
+
+
+def test_a_review_file_saved_in_the_spreadsheets_code_page_reads_with_data_encoding(
+    ledger, tmp_path
+):
+    """Excel saves plain CSV in the system's code page (windows-1252 in Germany): the reviewed
+    file reads with `data.encoding`, a new record's umlauts and euro sign as written. Without it,
+    the file stops the run, naming the line that is not UTF-8 and what to do."""
+    spec, records = ledger
+    rows = [
+        ledger_row(1, account="4210") | {"reviewed_at": ""},
+        ledger_row(500, vendor="Müller GmbH", memo="Gebühr 12 €") | {"reviewed_at": ""},
+    ]
+    header = ";".join(rows[0])
+    text = "\r\n".join([header, *(";".join(row.values()) for row in rows)])
+    path = tmp_path / "reviewed.csv"
+    path.write_bytes(text.encode("windows-1252"))
+
+    counts = apply_in(tmp_path, records, [path], dataclasses.replace(spec, encoding="cp1252"))
+
+    assert (counts.applied, counts.added, counts.rejected) == (1, 1, 0)
+    corrected = pl.read_parquet(tmp_path / "corrected.parquet")
+    joined = corrected.filter(pl.col("entry_id") == "E00500").row(0, named=True)
+    # Cleaned as the ledger is (lower case, digits kept: the fixture masks none).
+    assert (joined["vendor"], joined["memo"]) == ("müller gmbh", "gebühr 12 €")
+    with pytest.raises(DataError, match=f"^{re.escape(str(path))}: line 3 is not UTF-8 text"):
+        apply_in(tmp_path, records, [path], spec)
 
 
 def test_reviewed_suggestions_make_the_track_record(ledger, tmp_path, caplog):

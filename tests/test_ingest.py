@@ -141,3 +141,56 @@ def test_parquet_input_keeps_its_types(tmp_path):
 def test_package_path_that_does_not_exist_names_the_package():
     with pytest.raises(DataError, match="package 'no_such_package_xyz' is not installed"):
         resolve_input("pkg:no_such_package_xyz/data.json")
+
+
+def windows_1252_ledger(path):
+    """A ledger as Excel or accounting software saves plain CSV in Western Europe: in the system's
+    code page, semicolons between its fields; one record has a field too many."""
+    lines = [
+        "entry_id;date;vendor;memo;amount;account",
+        "E1;2024-03-15;Müller GmbH;Gebühr März;12.50;4930",
+        "E2;2024-03-16;Café Crème;Bewirtung 19 € Trinkgeld;19.00;4650",
+        "E3;2024-03-17;Bäckerei;Brötchen;3.10;4650;extra",
+    ]
+    path.write_bytes("\r\n".join(lines).encode("windows-1252") + b"\r\n")
+    return path
+
+
+def test_a_csv_in_the_configured_code_page_reads_as_its_text(tmp_path, caplog):
+    """A ledger saved in windows-1252 reads with `data.encoding: windows-1252`, its accents and
+    the euro sign as written, its rows numbered as in the file, a malformed one among them; the
+    log and the output name the user's file."""
+    path = windows_1252_ledger(tmp_path / "ledger.csv")
+    spec = ledger_spec(path, csv_separator=";", encoding="windows-1252")
+    out = tmp_path / "records.parquet"
+
+    assert ingest(spec, out) == 3
+
+    frame = pl.read_parquet(out)
+    assert frame["vendor"].to_list() == ["Müller GmbH", "Café Crème", "Bäckerei"]
+    assert frame["memo"].to_list()[:2] == ["Gebühr März", "Bewirtung 19 € Trinkgeld"]
+    assert frame[SOURCE_ROW].to_list() == [1, 2, 3]
+    assert frame["source_problem"].to_list() == [None, None, "line 4: 7 fields, expected 6"]
+    assert pl.read_parquet_metadata(out)[SOURCE_FILE_KEY] == str(path)
+    assert f"{path}: 1 malformed record(s)" in caplog.text
+    assert [p.name for p in tmp_path.iterdir()] == ["ledger.csv", "records.parquet"]
+
+
+def test_a_utf8_csv_reads_as_utf8_whatever_the_configured_code_page(tmp_path, write_csv):
+    """A file saved as CSV UTF-8 by a team whose other files are windows-1252 is not misread as
+    windows-1252 (Müller as MÃ¼ller)."""
+    path = write_csv([ledger_row(1, vendor="Müller GmbH", memo="€ 12")])
+    out = tmp_path / "records.parquet"
+    ingest(ledger_spec(path, encoding="windows-1252"), out)
+    assert pl.read_parquet(out).select("vendor", "memo").row(0) == ("Müller GmbH", "€ 12")
+
+
+def test_with_utf8_configured_a_code_page_files_rows_are_kept_for_clean_to_reject(tmp_path):
+    path = windows_1252_ledger(tmp_path / "ledger.csv")
+    out = tmp_path / "records.parquet"
+    ingest(ledger_spec(path, csv_separator=";"), out)
+    assert pl.read_parquet(out)["vendor"].to_list() == [
+        "M\ufffdller GmbH",
+        "Caf\ufffd Cr\ufffdme",
+        "B\ufffdckerei",
+    ]

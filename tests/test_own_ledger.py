@@ -45,17 +45,26 @@ def make_run(repository: Path) -> subprocess.CompletedProcess:
     )
 
 
+def excel_csv(frame: pl.DataFrame, path: Path) -> None:
+    """`frame` as German Excel or accounting software saves plain CSV: semicolons, windows-1252."""
+    path.write_bytes(frame.write_csv(separator=";").encode("windows-1252"))
+
+
 def german_export(path: Path) -> None:
-    """The ledger as German accounting software exports it: amounts a hundred times larger,
-    written 1.234,00, and dates 15.03.2024 (the bad rows' values stay as they were)."""
+    """The ledger as German accounting software exports it (`excel_csv`): amounts a hundred
+    times larger, written 1.234,00, dates 15.03.2024, and the vendor Müller GmbH (the bad rows'
+    values stay as they were)."""
     rows = pl.read_csv(path, infer_schema=False)
     german = (pl.col("amount").cast(pl.Float64, strict=False) * 100).map_elements(
         lambda a: f"{a:,.2f}".translate(str.maketrans(",.", ".,")), return_dtype=pl.String
     )
     date = pl.col("date").str.to_date("%Y-%m-%d", strict=False).dt.strftime("%d.%m.%Y")
-    rows.with_columns(
-        pl.coalesce(german, "amount").alias("amount"), pl.coalesce(date, "date").alias("date")
-    ).write_csv(path)
+    exported = rows.with_columns(
+        pl.coalesce(german, "amount").alias("amount"),
+        pl.coalesce(date, "date").alias("date"),
+        pl.col("vendor").str.replace("Acme", "Müller"),
+    )
+    excel_csv(exported, path)
 
 
 @pytest.fixture
@@ -72,18 +81,21 @@ def test_make_run_on_my_own_ledger_and_chart(short_folder):
     exports.mkdir()
     rows_in = small_ledger(exports / "ledger-2025.csv")
     german_export(exports / "ledger-2025.csv")
-    pl.DataFrame(
+    chart = pl.DataFrame(
         {
             "account": ["4000", "4930", "4210", "4400", "1000", "1800"],
-            "title": ["Expenses", "Office supplies", "Rent", "Sales revenue", "Assets", "Bank"],
+            "title": ["Aufwand", "Bürobedarf", "Miete", "Erlöse", "Vermögen", "Bank"],
             "group": [None, "4000", "4000", None, None, "1000"],
         }
-    ).write_csv(exports / "chart-of-accounts.csv")
+    )
+    excel_csv(chart, exports / "chart-of-accounts.csv")
     ledger = ledger_config(exports / "ledger-2025.csv")
     my_config = {
         "data": {
             "path": "exports/ledger-2025.csv",
             "columns": LEDGER_COLUMNS,
+            "csv_separator": ";",
+            "encoding": "windows-1252",
             "date_format": "%d.%m.%Y",
             "number_format": "1.234,5",
             "classes": "exports/chart-of-accounts.csv",
@@ -101,13 +113,15 @@ def test_make_run_on_my_own_ledger_and_chart(short_folder):
     results = repository / "results"
     counts = json.loads((results / "clean/counts.json").read_text())
     assert counts["rows_in"] == rows_in
-    # Only small_ledger's three bad rows are rejects: the German amounts and dates read.
+    # Only small_ledger's three bad rows are rejects: the German text, amounts and dates read.
     assert (counts["rejected"], counts["duplicates"]) == (3, 2)
     cleaned = pl.read_parquet(results / "clean/records.parquet")
     assert cleaned["amount"].sort().to_list() == [(10 + i) * 100.0 for i in range(60)]
     assert str(cleaned["date"].max()) == "2024-03-15"
+    assert cleaned["vendor"].unique().to_list() == ["müller gmbh"]
     label_map = json.loads((results / "features/label_map.json").read_text())
     assert label_map["labels"] == ["4000", "4930", "4210", "4400", "1000", "1800"]
+    assert label_map["names"][1] == "Bürobedarf"
     evaluation = json.loads((results / "evaluate/metrics.json").read_text())
     assert evaluation["comparison"]["shipped"]["candidate"]
     receipt = json.loads((results / "upload/model.json").read_text())

@@ -50,7 +50,7 @@ def test_a_chart_table_gives_codes_in_file_order_with_names_descriptions_and_par
     tmp_path, suffix
 ):
     path = write_chart(tmp_path / f"chart{suffix}", CHART)
-    assert read_chart(str(path), COLUMNS) == EXPECTED
+    assert read_chart(str(path), COLUMNS, "utf-8") == EXPECTED
 
 
 def test_the_data_section_reads_the_chart_with_its_configured_columns(tmp_path):
@@ -63,7 +63,7 @@ def test_the_data_section_reads_the_chart_with_its_configured_columns(tmp_path):
 def test_a_code_only_chart_and_a_numeric_parquet_code_column(tmp_path):
     path = tmp_path / "chart.parquet"
     pl.DataFrame({"code": [4930, 4210], "other": ["x", "y"]}).write_parquet(path)
-    chart = read_chart(str(path), ChartColumns.of())
+    chart = read_chart(str(path), ChartColumns.of(), "utf-8")
     assert chart == Chart(("4930", "4210"), (None, None), (None, None), (None, None), (True, True))
 
 
@@ -71,7 +71,7 @@ def test_a_plain_list_and_a_text_file_say_nothing_but_the_codes(tmp_path):
     text = tmp_path / "classes.txt"
     text.write_text(" 4930\n\n4210\t\n")
     for value in (str(text), ["4930 ", "4210"]):
-        assert read_chart(value, COLUMNS) == Chart(
+        assert read_chart(value, COLUMNS, "utf-8") == Chart(
             ("4930", "4210"), (None, None), (None, None), (None, None), (True, True)
         )
 
@@ -81,7 +81,7 @@ def test_a_postable_column_says_which_accounts_take_postings(tmp_path):
     flags = ["no", "yes", "X", "0", "", "TRUE", " 1 "]
     path = write_chart(tmp_path / "chart.csv", CHART | {"Bebuchbar": flags})
     columns = ChartColumns.of(**asdict(COLUMNS) | {"postable": "Bebuchbar"})
-    assert read_chart(str(path), columns).postable == (
+    assert read_chart(str(path), columns, "utf-8").postable == (
         False,
         True,
         True,
@@ -106,7 +106,7 @@ def test_a_bad_postable_flag_names_the_row_and_column(tmp_path, flags, message):
     path = write_chart(tmp_path / "chart.csv", CHART | {"Bebuchbar": flags})
     columns = ChartColumns.of(**asdict(COLUMNS) | {"postable": "Bebuchbar"})
     with pytest.raises(DataError) as error:
-        read_chart(str(path), columns)
+        read_chart(str(path), columns, "utf-8")
     assert str(error.value).replace(str(tmp_path), "<dir>").startswith(message)
 
 
@@ -119,7 +119,7 @@ def test_unknown_chart_column_keys_are_refused(tmp_path):
 def chart_error(tmp_path, columns: dict[str, list], suffix: str = ".csv") -> str:
     path = write_chart(tmp_path / f"chart{suffix}", columns)
     with pytest.raises(DataError) as error:
-        read_chart(str(path), COLUMNS)
+        read_chart(str(path), COLUMNS, "utf-8")
     return str(error.value).replace(str(tmp_path), "<dir>")
 
 
@@ -186,13 +186,34 @@ def test_a_text_file_and_a_list_name_the_line_and_item(tmp_path):
     text = tmp_path / "classes.txt"
     text.write_text("4930\n\n4210\n4930\n")
     with pytest.raises(DataError, match=re.escape(f"{text}: line 4: code '4930' repeats line 1")):
-        read_chart(str(text), ChartColumns.of())
+        read_chart(str(text), ChartColumns.of(), "utf-8")
     with pytest.raises(DataError, match=r"^data\.classes: item 2: empty code$"):
-        read_chart(["4930", " "], ChartColumns.of())
+        read_chart(["4930", " "], ChartColumns.of(), "utf-8")
 
 
 def test_an_unreadable_chart_names_the_file(tmp_path):
     path = tmp_path / "chart.parquet"
     path.write_text("code\n4930\n")
     with pytest.raises(DataError, match=f"^{re.escape(str(path))}: cannot read the chart"):
-        read_chart(str(path), ChartColumns.of())
+        read_chart(str(path), ChartColumns.of(), "utf-8")
+
+
+def test_a_chart_saved_by_a_spreadsheet_in_its_code_page_reads_with_data_encoding(tmp_path):
+    """A German chart export: semicolons, windows-1252. It reads with `data.encoding`; without
+    it, the run stops naming the file and the first line that is not UTF-8."""
+    path = tmp_path / "kontenrahmen.csv"
+    lines = ["Konto;Bezeichnung", "4930;Bürobedarf", "4650;Bewirtungskosten", "1800;Bank (€)"]
+    path.write_bytes("\r\n".join(lines).encode("windows-1252"))
+    columns = ChartColumns.of(code="Konto", name="Bezeichnung")
+
+    chart = read_chart(str(path), columns, "windows-1252")
+
+    assert chart.codes == ("4930", "4650", "1800")
+    assert chart.names == ("Bürobedarf", "Bewirtungskosten", "Bank (€)")
+    with pytest.raises(DataError, match=f"^{re.escape(str(path))}: line 2 is not UTF-8 text"):
+        read_chart(str(path), columns, "utf-8")
+
+
+def test_an_encoding_python_does_not_know_stops_the_config(tmp_path):
+    with pytest.raises(DataError, match=r"^config `data.encoding`: 'ansi' is not an encoding"):
+        ledger_spec(tmp_path / "ledger.csv", encoding="ansi")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -175,14 +178,62 @@ def write_spreadsheet_csv(frame: pl.LazyFrame, path: Path, separator: str) -> No
     )
 
 
-def read_spreadsheet_csv(path: Path) -> pl.DataFrame:
+def read_spreadsheet_csv(path: Path, encoding: str) -> pl.DataFrame:
     """A CSV file as a spreadsheet may save it, every column as text: separated by commas,
     semicolons or tabs (its locale's list separator; whichever its header holds most of), with
-    or without a byte-order mark, formulas escaped by `write_spreadsheet_csv` read back."""
-    with path.open(encoding="utf-8-sig", errors="replace") as handle:
-        header = handle.readline()
-    frame = pl.read_csv(path, infer_schema=False, separator=max(CSV_SEPARATORS, key=header.count))
+    or without a byte-order mark, in UTF-8 or else in `encoding` (`data.encoding`, see
+    `as_utf8`), formulas escaped by `write_spreadsheet_csv` read back."""
+    check_encoding(path, encoding)
+    with as_utf8(path, encoding) as readable:
+        with readable.open(encoding="utf-8-sig", errors="replace") as handle:
+            header = handle.readline()
+        separator = max(CSV_SEPARATORS, key=header.count)
+        frame = pl.read_csv(readable, infer_schema=False, separator=separator)
     return frame.with_columns(pl.col(pl.String).str.replace(ESCAPED_FORMULA, "$1"))
+
+
+def check_encoding(path: Path, encoding: str) -> None:
+    """Refuse a file that is not UTF-8 where `encoding` says that every file is, naming the line:
+    read on, it would lose its other characters."""
+    if is_utf8(encoding) and (line := first_line_not_utf8(path)) is not None:
+        raise DataError(
+            f"{path}: line {line} is not UTF-8 text. A spreadsheet saves plain CSV in its "
+            "system's code page (windows-1252 in Western Europe and the Americas): set "
+            "data.encoding to it, or save the file as CSV UTF-8"
+        )
+
+
+def is_utf8(encoding: str) -> bool:
+    return codecs.lookup(encoding).name in ("utf-8", "utf-8-sig")
+
+
+def first_line_not_utf8(path: Path) -> int | None:
+    """The number of the first line of `path` that is not valid UTF-8, or None when all are."""
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                return number
+    return None
+
+
+@contextmanager
+def as_utf8(path: Path, encoding: str, folder: Path | None = None) -> Iterator[Path]:
+    """`path` where it reads as UTF-8, or where `encoding` is UTF-8 (its readers then replace
+    the bytes that are not); otherwise, for the length of the `with`, a UTF-8 copy of it decoded
+    from `encoding` in `folder` (the system's temporary folder by default), line for line."""
+    if is_utf8(encoding) or first_line_not_utf8(path) is None:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(dir=folder, prefix=f".{path.name}.") as work:
+        copy = Path(work) / path.name
+        with (
+            path.open(encoding=encoding, errors="replace", newline="") as source,
+            copy.open("w", encoding="utf-8", newline="") as target,
+        ):
+            shutil.copyfileobj(source, target, 1 << 20)
+        yield copy
 
 
 def spreadsheet_dates(

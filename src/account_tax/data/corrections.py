@@ -12,9 +12,10 @@ superseded by a later correction of the same record), and the counts add up.
 Each record leaves with `label_source`: `correction` where a correction set its label, else
 `ledger`.
 
-A CSV file is read as a spreadsheet may save it (`io.read_spreadsheet_csv`): separated by its
-locale's list separator (a semicolon in much of Europe), formulas escaped by predict's CSV copy
-of the review file read back, dates in its locale's short form (15.03.2024) read as dates
+A CSV file is read as a spreadsheet may save it (`io.read_spreadsheet_csv`): in UTF-8 or its
+system's code page (`data.encoding`), separated by its locale's list separator (a semicolon in
+much of Europe), formulas escaped by predict's CSV copy of the review file read back, dates in
+its locale's short form (15.03.2024), with or without a time, read as dates
 (`io.spreadsheet_dates`), and true and false in its locale's words.
 
 A file that also says what was suggested (`predicted_label`, `confidence`, `novel`, as predict's
@@ -120,7 +121,9 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
             if path.suffix.lower() == ".parquet":
                 frame = pl.read_parquet(path)
             else:
-                frame = spreadsheet_dates(read_spreadsheet_csv(path), spec.date, spec.date_format)
+                frame = spreadsheet_dates(
+                    read_spreadsheet_csv(path, spec.encoding), spec.date, spec.date_format
+                )
                 frame = spreadsheet_dates(frame, [REVIEWED_AT], ISO_DATE)
         except (OSError, pl.exceptions.PolarsError) as error:
             raise DataError(f"{path}: not a readable corrections file ({error})") from None

@@ -15,7 +15,7 @@ import logging
 import re
 import tempfile
 from collections.abc import Iterator, Sequence
-from contextlib import closing
+from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import BinaryIO
 
@@ -23,7 +23,7 @@ import polars as pl
 
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
-from account_tax.io import require_columns, resolve_input, write_parquet
+from account_tax.io import as_utf8, require_columns, resolve_input, write_parquet
 from account_tax.settings import SOURCE_ROW
 
 log = logging.getLogger(__name__)
@@ -278,8 +278,10 @@ def write_csv_records(
     output: Path,
     metadata: dict[str, str],
 ) -> None:
-    """The `wanted` columns of a CSV, with `source_row`, to `output`: read by polars' streaming
-    scan; read by the csv module when polars cannot read the file record for record."""
+    """The `wanted` columns of a CSV (UTF-8, see `io.as_utf8`), with `source_row`, to `output`:
+    read by polars' streaming scan; read by the csv module when polars cannot read the file
+    record for record. The log names the file `metadata` does: the user's, not a UTF-8 copy."""
+    source = metadata[SOURCE_FILE_KEY]
     frame = scan_csv(path, spec)
     try:
         # A header that polars reads otherwise than the csv module (quotes in it, say) means
@@ -291,7 +293,7 @@ def write_csv_records(
             )
             whole = no_record_is_short(path, spec, header, wanted, output)
     except pl.exceptions.ComputeError as error:
-        log.info("%s: polars cannot read it (%s)", path, str(error).partition("\n")[0])
+        log.info("%s: polars cannot read it (%s)", source, str(error).partition("\n")[0])
         whole = False
     if whole:
         return
@@ -303,7 +305,7 @@ def write_csv_records(
         write_parquet(frame, output, metadata=metadata)
     log.warning(
         "%s: %d malformed record(s), each a row with its problem (clean rejects them)",
-        path,
+        source,
         malformed,
     )
 
@@ -336,21 +338,26 @@ def ingest(
     if path.stat().st_size == 0:
         raise DataError(f"{path}: input file is empty")
     fmt = source_format(spec, path)
-    if fmt == "csv":
-        with closing(csv_records(path, spec.csv_separator)) as records:
-            available = read_header(records, path)
-    else:
-        frame = scan_table(path, fmt)
-        available = table_columns(frame, path)
-    wanted = [c for c in spec.columns if require_label or c != spec.label or c in available]
-    require_columns(available, wanted, path)
-    metadata = {SOURCE_FILE_KEY: str(path)}
-    if fmt == "csv":
-        write_csv_records(path, spec, available, wanted, output, metadata)
-    else:
-        write_parquet(
-            frame.select(wanted).with_row_index(SOURCE_ROW, offset=1), output, metadata=metadata
-        )
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        if fmt == "csv":
+            text = stack.enter_context(as_utf8(path, spec.encoding, output.parent))
+            with closing(csv_records(text, spec.csv_separator)) as records:
+                available = read_header(records, path)
+        else:
+            frame = scan_table(path, fmt)
+            available = table_columns(frame, path)
+        wanted = [c for c in spec.columns if require_label or c != spec.label or c in available]
+        require_columns(available, wanted, path)
+        metadata = {SOURCE_FILE_KEY: str(path)}
+        if fmt == "csv":
+            write_csv_records(text, spec, available, wanted, output, metadata)
+        else:
+            write_parquet(
+                frame.select(wanted).with_row_index(SOURCE_ROW, offset=1),
+                output,
+                metadata=metadata,
+            )
     rows = pl.scan_parquet(output).select(pl.len()).collect().item()
     if rows == 0:
         output.unlink()

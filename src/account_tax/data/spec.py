@@ -4,6 +4,7 @@ reader of charts)."""
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import polars as pl
 
 from account_tax.errors import DataError
+from account_tax.io import as_utf8, check_encoding, read_spreadsheet_csv
 from account_tax.settings import SectionView, complete
 
 
@@ -34,6 +36,7 @@ class DataSpec:
     # Names for classes the chart leaves unnamed, from CamelCase labels (see features.label_map).
     class_names_from_labels: bool
     csv_separator: str
+    encoding: str
     null_values: tuple[str, ...]
     date_format: str
     number_format: str
@@ -48,7 +51,15 @@ class DataSpec:
             raise DataError(
                 "config `data.corrections` needs `data.columns.id`: a correction names its record"
             )
-        chart = read_chart(data["classes"], ChartColumns.from_complete(data["chart_columns"]))
+        try:
+            codecs.lookup(data["encoding"])
+        except LookupError:
+            raise DataError(
+                f"config `data.encoding`: {data['encoding']!r} is not an encoding Python knows"
+            ) from None
+        chart = read_chart(
+            data["classes"], ChartColumns.from_complete(data["chart_columns"]), data["encoding"]
+        )
         return cls(
             path=data["path"],
             format=data["format"],
@@ -62,6 +73,7 @@ class DataSpec:
             chart=chart,
             class_names_from_labels=data["class_names_from_labels"],
             csv_separator=data["csv_separator"],
+            encoding=data["encoding"],
             null_values=tuple(data["null_values"]),
             date_format=data["date_format"],
             number_format=data["number_format"],
@@ -129,9 +141,10 @@ class Chart:
     are no other's parent (a group is not posted to), else all."""
 
 
-def read_chart(value: list[str] | str | None, columns: ChartColumns) -> Chart | None:
+def read_chart(value: list[str] | str | None, columns: ChartColumns, encoding: str) -> Chart | None:
     """The chart of `data.classes`: an inline list of codes, a text file with one per line
-    (blank lines skipped), a CSV or Parquet table with the `columns`, or None (from the data).
+    (blank lines skipped), a CSV (as a spreadsheet saves it, in UTF-8 or `encoding`) or Parquet
+    table with the `columns`, or None (from the data).
 
     Codes and parents are trimmed as the data's labels are; names and descriptions of all
     whitespace at the ends, and a blank one is None. Errors name the file (or `data.classes`),
@@ -145,16 +158,18 @@ def read_chart(value: list[str] | str | None, columns: ChartColumns) -> Chart | 
     if not path.is_file():
         raise DataError(f"data.classes: no chart file {path}")
     if path.suffix.lower() in CHART_SUFFIXES:
-        return _read_chart_table(path, columns)
-    lines = path.read_text(encoding="utf-8").splitlines()
+        return _read_chart_table(path, columns, encoding)
+    check_encoding(path, encoding)
+    with as_utf8(path, encoding) as readable:
+        lines = readable.read_text(encoding="utf-8-sig").splitlines()
     numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip(LABEL_TRIM)]
     return _checked_chart(str(path), "line", numbered, None, {})
 
 
-def _read_chart_table(path: Path, columns: ChartColumns) -> Chart:
+def _read_chart_table(path: Path, columns: ChartColumns, encoding: str) -> Chart:
     try:
         if path.suffix.lower() == ".csv":
-            frame = pl.read_csv(path, infer_schema=False)
+            frame = read_spreadsheet_csv(path, encoding)
         else:
             frame = pl.read_parquet(path)
     except pl.exceptions.PolarsError as error:
