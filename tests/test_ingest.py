@@ -173,7 +173,7 @@ def test_a_csv_in_the_configured_code_page_reads_as_its_text(tmp_path, caplog):
     assert frame["source_problem"].to_list() == [None, None, "line 4: 7 fields, expected 6"]
     assert pl.read_parquet_metadata(out)[SOURCE_FILE_KEY] == str(path)
     assert f"{path}: 1 malformed record(s)" in caplog.text
-    assert [p.name for p in tmp_path.iterdir()] == ["ledger.csv", "records.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.csv", "records.parquet"]
 
 
 def test_a_utf8_csv_reads_as_utf8_whatever_the_configured_code_page(tmp_path, write_csv):
@@ -183,6 +183,18 @@ def test_a_utf8_csv_reads_as_utf8_whatever_the_configured_code_page(tmp_path, wr
     out = tmp_path / "records.parquet"
     ingest(ledger_spec(path, encoding="windows-1252"), out)
     assert pl.read_parquet(out).select("vendor", "memo").row(0) == ("Müller GmbH", "€ 12")
+
+
+def test_a_file_that_mixes_utf8_and_code_page_lines_reads_each_as_written(tmp_path):
+    """Two exports joined into one file: each line is read as what it is, none misread."""
+    header = ",".join(ledger_row(1))
+    utf8 = ",".join(ledger_row(1, vendor="Müller GmbH").values())
+    code_page = ",".join(ledger_row(2, vendor="Bäckerei Groß").values())
+    path = tmp_path / "ledger.csv"
+    path.write_bytes(f"{header}\n{utf8}\n".encode() + f"{code_page}\n".encode("cp1252"))
+    out = tmp_path / "records.parquet"
+    ingest(ledger_spec(path, encoding="windows-1252"), out)
+    assert pl.read_parquet(out)["vendor"].to_list() == ["Müller GmbH", "Bäckerei Groß"]
 
 
 def test_with_utf8_configured_a_code_page_files_rows_are_kept_for_clean_to_reject(tmp_path):

@@ -214,6 +214,12 @@ def test_a_chart_saved_by_a_spreadsheet_in_its_code_page_reads_with_data_encodin
         read_chart(str(path), columns, "utf-8")
 
 
-def test_an_encoding_python_does_not_know_stops_the_config(tmp_path):
+def test_an_encoding_python_does_not_know_or_that_is_not_read_line_by_line_stops_the_config(
+    tmp_path,
+):
     with pytest.raises(DataError, match=r"^config `data.encoding`: 'ansi' is not an encoding"):
         ledger_spec(tmp_path / "ledger.csv", encoding="ansi")
+    with pytest.raises(DataError, match=r"'utf-16' does not write ASCII as ASCII does"):
+        ledger_spec(tmp_path / "ledger.csv", encoding="utf-16")
+    for accepted in ("cp1252", "latin-1", "shift_jis", "UTF8", "utf-8-sig"):
+        assert ledger_spec(tmp_path / "ledger.csv", encoding=accepted).encoding == accepted

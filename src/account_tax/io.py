@@ -7,7 +7,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -220,19 +219,22 @@ def first_line_not_utf8(path: Path) -> int | None:
 
 @contextmanager
 def as_utf8(path: Path, encoding: str, folder: Path | None = None) -> Iterator[Path]:
-    """`path` where it reads as UTF-8, or where `encoding` is UTF-8 (its readers then replace
-    the bytes that are not); otherwise, for the length of the `with`, a UTF-8 copy of it decoded
-    from `encoding` in `folder` (the system's temporary folder by default), line for line."""
-    if is_utf8(encoding) or first_line_not_utf8(path) is None:
+    """`path` where `encoding` is UTF-8 (its readers replace the bytes that are not). Otherwise,
+    for the length of the `with`, a UTF-8 copy of it in `folder` (the system's temporary folder
+    by default) in which each line that is not UTF-8 is decoded from `encoding`: a file saved as
+    CSV UTF-8 is read as it is, and so are the UTF-8 lines of a file that mixes the two."""
+    if is_utf8(encoding):
         yield path
         return
     with tempfile.TemporaryDirectory(dir=folder, prefix=f".{path.name}.") as work:
         copy = Path(work) / path.name
-        with (
-            path.open(encoding=encoding, errors="replace", newline="") as source,
-            copy.open("w", encoding="utf-8", newline="") as target,
-        ):
-            shutil.copyfileobj(source, target, 1 << 20)
+        with path.open("rb") as source, copy.open("wb") as target:
+            for line in source:
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError:
+                    line = line.decode(encoding, errors="replace").encode("utf-8")
+                target.write(line)
         yield copy
 
 

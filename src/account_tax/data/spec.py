@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 
 from account_tax.errors import DataError
-from account_tax.io import as_utf8, check_encoding, read_spreadsheet_csv
+from account_tax.io import as_utf8, check_encoding, is_utf8, read_spreadsheet_csv
 from account_tax.settings import SectionView, complete
 
 
@@ -51,12 +51,7 @@ class DataSpec:
             raise DataError(
                 "config `data.corrections` needs `data.columns.id`: a correction names its record"
             )
-        try:
-            codecs.lookup(data["encoding"])
-        except LookupError:
-            raise DataError(
-                f"config `data.encoding`: {data['encoding']!r} is not an encoding Python knows"
-            ) from None
+        check_code_page(data["encoding"])
         chart = read_chart(
             data["classes"], ChartColumns.from_complete(data["chart_columns"]), data["encoding"]
         )
@@ -139,6 +134,22 @@ class Chart:
     postable: tuple[bool, ...]
     """Whether the account takes postings: the chart's `postable` column, else the accounts that
     are no other's parent (a group is not posted to), else all."""
+
+
+def check_code_page(encoding: str) -> None:
+    """Refuse a `data.encoding` that Python does not know, or that writes a line's end or the
+    separators otherwise than ASCII does: files are read line by line (`io.as_utf8`)."""
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        raise DataError(
+            f"config `data.encoding`: {encoding!r} is not an encoding Python knows"
+        ) from None
+    if not is_utf8(encoding) and ",;\t\n".encode(encoding) != b",;\t\n":
+        raise DataError(
+            f"config `data.encoding`: {encoding!r} does not write ASCII as ASCII does; save the "
+            "file as CSV UTF-8 instead"
+        )
 
 
 def read_chart(value: list[str] | str | None, columns: ChartColumns, encoding: str) -> Chart | None:
