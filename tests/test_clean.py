@@ -200,6 +200,20 @@ def test_invalid_utf8_is_rejected_naming_the_column(tmp_path):
     assert rejects.get_column("source_row").item() == 2
 
 
+def test_bytes_no_encoding_reads_are_rejected_naming_both_encodings(tmp_path):
+    """Byte 0x81 means nothing in windows-1252 (nor in UTF-8): in a windows-1252 file, its row
+    is a reject that says what the text is not."""
+    path = tmp_path / "ledger.csv"
+    header = ",".join(ledger_row(1))
+    rows = [",".join(ledger_row(n, memo=memo).values()) for n, memo in ((1, "Büro"), (2, "x\x81"))]
+    path.write_bytes("\n".join([header, *rows]).encode("latin-1"))
+    spec = ledger_spec(path, encoding="windows-1252")
+    counts, frame, rejects = run_clean(tmp_path, path, spec=spec)
+    assert (counts.rows_out, counts.rejected) == (1, 1)
+    assert frame["memo"].to_list() == ["büro"]
+    assert rejects[REASON].item() == "neither UTF-8 nor windows-1252 in column 'memo'"
+
+
 def test_unknown_class_is_rejected_when_classes_are_listed(tmp_path, write_csv):
     path = write_csv([ledger_row(1, account="4930"), ledger_row(2, account="9999")])
     spec = ledger_spec(path, classes=["4930", "4400"])

@@ -18,7 +18,7 @@ import polars as pl
 from account_tax.data.ingest import RECORD_PROBLEM, SOURCE_FILE_KEY
 from account_tax.data.spec import LABEL_TRIM, DataSpec
 from account_tax.errors import DataError
-from account_tax.io import parquet_rows, require_columns, write_parquet, write_parquets
+from account_tax.io import is_utf8, parquet_rows, require_columns, write_parquet, write_parquets
 from account_tax.settings import SOURCE_ROW, SectionView
 
 log = logging.getLogger(__name__)
@@ -186,11 +186,13 @@ def typed_columns(
     def raw(column: str) -> pl.Expr:
         return pl.col(column).cast(pl.String)
 
+    # Ingest replaced the bytes that no encoding read (io.as_utf8).
+    invalid = "invalid UTF-8" if is_utf8(spec.encoding) else f"neither UTF-8 nor {spec.encoding}"
     for column in text_columns(schema, spec):
         problems.append(
             _problem(
                 raw(column).str.contains(REPLACEMENT_CHARACTER, literal=True),
-                f"invalid UTF-8 in column '{column}'",
+                f"{invalid} in column '{column}'",
             )
         )
     if spec.id:
