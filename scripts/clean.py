@@ -5,6 +5,8 @@ the column, or the line of a malformed CSV record; in = out + rejects + duplicat
 from dataclasses import asdict
 from pathlib import Path
 
+import polars as pl
+
 from account_tax import cli
 from account_tax.data.clean import CleanSettings, clean, summary_table
 from account_tax.data.spec import DataSpec
@@ -32,7 +34,8 @@ def main() -> None:
         require_label=not args.no_label,
     )
     write_json(args.counts, asdict(counts))
-    args.summary.write_text(summary_table(counts, args.rejects), encoding="utf-8")
+    summary = summary_table(asdict(counts), pl.scan_parquet(args.rejects))
+    args.summary.write_text(summary, encoding="utf-8")
     log_stage(args.tracking, "clean", asdict(counts), [args.counts, args.summary])
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from account_tax import cli
 from account_tax.data.clean import CleanSettings
-from account_tax.data.corrections import apply_corrections
+from account_tax.data.corrections import apply_corrections, correction_summary
 from account_tax.data.spec import DataSpec
 from account_tax.io import write_json
 from account_tax.stage_log import log_stage
@@ -28,6 +28,7 @@ def main() -> None:
     parser.add_argument(
         "--track-record", type=Path, required=True, help="reviewed suggestions Parquet"
     )
+    parser.add_argument("--summary", type=Path, required=True, help="counts and reasons TSV")
     args = parser.parse_args()
     counts = apply_corrections(
         args.input,
@@ -39,7 +40,9 @@ def main() -> None:
         args.track_record,
     )
     write_json(args.counts, asdict(counts))
-    log_stage(args.tracking, "correct", asdict(counts), [args.counts])
+    summary = correction_summary(counts, args.rejects, args.track_record)
+    args.summary.write_text(summary, encoding="utf-8")
+    log_stage(args.tracking, "correct", asdict(counts), [args.counts, args.summary])
 
 
 if __name__ == "__main__":

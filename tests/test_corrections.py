@@ -10,7 +10,7 @@ import pytest
 from sample_ledger import ledger_config, ledger_row, small_ledger
 
 from account_tax.data.clean import REASON, CleanSettings, clean
-from account_tax.data.corrections import LEDGER_LABEL, apply_corrections
+from account_tax.data.corrections import LEDGER_LABEL, apply_corrections, correction_summary
 from account_tax.data.ingest import ingest
 from account_tax.data.spec import LABEL_SOURCE, DataSpec
 from account_tax.errors import DataError
@@ -127,6 +127,23 @@ def test_corrections_replace_labels_and_every_row_is_accounted_for(ledger, tmp_p
     }
     # Neither file says what was suggested: nothing to learn the threshold from.
     assert pl.read_parquet(track_record).is_empty()
+    # The report's table: the superseded on their own line, not once per winner among reasons.
+    assert correction_summary(counts, rejects, track_record).splitlines() == [
+        "what\trows",
+        "rows_in\t10",
+        "applied\t4",
+        "changed\t3",
+        "added\t0",
+        "superseded\t2",
+        "rejected\t6",
+        "track_record\t0",
+        "track_record: suggestion kept\t0",
+        "rejected: missing id in column 'entry_id' or 'id'\t1",
+        "rejected: no record with id 'E09999' in the ledger, and the file lacks a record's "
+        "columns\t1",
+        "rejected: unknown class '9999' in column 'account' (not in data.classes)\t1",
+        "rejected: unparseable time in column 'reviewed_at': 'next week' (an ISO date or time)\t1",
+    ]
 
 
 def test_a_file_without_the_id_or_account_column_is_one_clear_error(ledger, tmp_path):
@@ -303,6 +320,10 @@ def test_reviewed_suggestions_make_the_track_record(ledger, tmp_path, caplog):
     assert rows["account"].to_list() == ["4930", "4930", "4400"]
     assert rows["right"].to_list() == [True, False, True]
     assert rows["novel"].to_list() == [False, False, True]
+    summary = correction_summary(
+        counts, tmp_path / "rejects.parquet", tmp_path / "track_record.parquet"
+    )
+    assert "track_record: suggestion kept\t2" in summary.splitlines()
     assert rows["confidence"].to_list() == pytest.approx([0.97, 0.62, 0.91], abs=1e-6)
 
 

@@ -564,6 +564,10 @@ def test_corrections_relabel_records_before_features_and_are_tracked(tmp_path):
     assert jobs_run(result)["correct"] == 1
     counts = json.loads((tmp_path / "results/correct/counts.json").read_text())
     assert (counts["applied"], counts["changed"], counts["rejected"]) == (2, 2, 1)
+    summary = (tmp_path / "results/correct/summary.tsv").read_text().splitlines()
+    assert "applied\t2" in summary
+    refused = "no record with id 'E09999' in the ledger, and the file lacks a record's columns"
+    assert f"rejected: {refused}\t1" in summary
     splits = pl.concat(pl.read_parquet(path) for path in (tmp_path / p for p in SERIALIZED))
     labels = json.loads((tmp_path / "results/features/label_map.json").read_text())["labels"]
     corrected = splits.filter(pl.col("id").is_in(["E00001", "E00002"]))

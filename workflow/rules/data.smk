@@ -66,6 +66,11 @@ rule correct:
         rejects="results/correct/rejects.parquet",
         counts="results/correct/counts.json",
         track_record="results/correct/track_record.parquet",
+        summary=report(
+            "results/correct/summary.tsv",
+            caption="../report/correct_summary.rst",
+            category="Clean",
+        ),
     log:
         "logs/correct/correct.log",
     benchmark:

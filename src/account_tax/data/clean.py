@@ -359,7 +359,7 @@ def clean(
     )
     counts.check()
     log.info("clean: %s", asdict(counts))
-    reasons = reject_reasons(rejects)
+    reasons = reject_reasons(pl.scan_parquet(rejects))
     for reason, count in reasons:
         log.warning("clean: %d row(s) rejected: %s", count, reason)
     if require_label and counts.rejected == rows_in:
@@ -371,16 +371,16 @@ def clean(
     return counts
 
 
-def reject_reasons(rejects: Path, limit: int = 10) -> list[tuple[str, int]]:
-    """The most frequent reasons in a rejects file, with their row counts."""
-    frame = pl.scan_parquet(rejects).group_by(REASON).len()
+def reject_reasons(rejects: pl.LazyFrame, limit: int = 10) -> list[tuple[str, int]]:
+    """The most frequent reasons among rejected rows, with their row counts."""
+    frame = rejects.group_by(REASON).len()
     return list(
         frame.sort("len", REASON, descending=[True, False]).head(limit).collect().iter_rows()
     )
 
 
-def summary_table(counts: CleanCounts, rejects: Path) -> str:
-    """The counts and the main reject reasons as a TSV table, for the report."""
-    lines = ["what\trows", *(f"{name}\t{value}" for name, value in asdict(counts).items())]
+def summary_table(counts: Mapping[str, int], rejects: pl.LazyFrame) -> str:
+    """A stage's counts and the main reasons of its `rejects` as a TSV table, for the report."""
+    lines = ["what\trows", *(f"{name}\t{value}" for name, value in counts.items())]
     lines += [f"rejected: {reason}\t{count}" for reason, count in reject_reasons(rejects)]
     return "\n".join(lines) + "\n"

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import polars as pl
 
-from account_tax.data.clean import REASON, SOURCE_FILE, CleanSettings, clean
+from account_tax.data.clean import REASON, SOURCE_FILE, CleanSettings, clean, summary_table
 from account_tax.data.serialize import ID
 from account_tax.data.spec import (
     CONFIDENCE,
@@ -66,6 +66,8 @@ REVIEWED_AT, REVIEWED_BY = "reviewed_at", "reviewed_by"
 LEDGER_LABEL = "ledger_label"
 # Whether the suggestion was the account people chose (the track record's verdict).
 RIGHT = "right"
+SUPERSEDED = "superseded by the later correction in"
+"""The start of a superseded correction's reject reason, which goes on to name the winner."""
 _RECORD, _ACCOUNT, _TIME, _ORDER, _WHOLE = "_record", "_account", "_time", "_order", "_whole"
 _SUGGESTION, _SUGGESTED = (PREDICTED_LABEL, CONFIDENCE, NOVEL), "_suggested"
 
@@ -88,6 +90,14 @@ class CorrectionCounts:
 def record_columns(spec: DataSpec) -> list[str]:
     """What a corrections row needs besides its account to be a whole record."""
     return [c for c in spec.columns if c != spec.label]
+
+
+def correction_summary(counts: CorrectionCounts, rejects: Path, track_record: Path) -> str:
+    """The counts, how many reviewed suggestions people kept, and the main reasons of the rows
+    refused (the superseded are counted on their own line), as a TSV table for the report."""
+    kept = pl.scan_parquet(track_record).select(pl.col(RIGHT).sum()).collect().item()
+    refused = pl.scan_parquet(rejects).filter(~pl.col(REASON).str.starts_with(SUPERSEDED))
+    return summary_table(asdict(counts) | {"track_record: suggestion kept": kept}, refused)
 
 
 def review_time(text: str) -> datetime | None:
@@ -295,9 +305,7 @@ def apply_corrections(
     superseded = (
         usable.join(latest.select(_ORDER), on=_ORDER, how="anti")
         .join(winner, on=_RECORD)
-        .with_columns(
-            pl.format("superseded by the later correction in {}", "_winner").alias(REASON)
-        )
+        .with_columns(pl.format(f"{SUPERSEDED} {{}}", "_winner").alias(REASON))
     )
     fresh = latest.filter(~pl.col(_RECORD).is_in(known.implode()))
     latest = latest.filter(pl.col(_RECORD).is_in(known.implode()))
