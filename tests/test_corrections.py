@@ -284,6 +284,42 @@ def test_a_review_file_saved_in_the_spreadsheets_code_page_reads_with_data_encod
         apply_in(tmp_path, records, [path], spec)
 
 
+def test_leading_zeros_a_spreadsheet_dropped_are_put_back_where_one_code_fits(tmp_path):
+    """A spreadsheet reads 00101 and 0420 as numbers and saves 101 and 420, and turns an account
+    a reviewer types as 27 for 0027 the same way: an id or account that is not known, but is
+    exactly one known code without its leading zeros, is that code. A value known as it is stays,
+    and one that two codes fit (42: 0042 and 00042) is not guessed."""
+    ids = ["00101", "00102", "00103", "500"]
+    rows = [ledger_row(n, entry_id=i, account="4930") for n, i in enumerate(ids)]
+    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(tmp_path / "l.csv")
+    classes = ["0420", "4930", "0027", "0500", "500", "0042", "00042"]
+    spec = DataSpec.from_config(complete(ledger_config(tmp_path / "l.csv", classes=classes)))
+    ingest(spec, tmp_path / "ingested.parquet")
+    records = tmp_path / "clean.parquet"
+    clean(tmp_path / "ingested.parquet", spec, records, tmp_path / "r.parquet", OPTIONS)
+    review = review_file(
+        ["101", "102", "500", "103"], ["420", "4930", "0500", "4930"], [0.5] * 4, [False] * 4
+    )
+    reviewed = review.with_columns(pl.Series("account", ["420", "27", "500", "42"]))
+    reviewed.write_csv(tmp_path / "reviewed.csv")
+
+    counts = apply_in(tmp_path, records, [tmp_path / "reviewed.csv"], spec)
+
+    assert (counts.applied, counts.rejected) == (3, 1)
+    corrected = pl.read_parquet(tmp_path / "corrected.parquet")
+    assert dict(corrected.select("entry_id", "account").iter_rows()) == {
+        "00101": "0420",
+        "00102": "0027",
+        "00103": "4930",
+        "500": "500",
+    }
+    (refused,) = pl.read_parquet(tmp_path / "rejects.parquet")[REASON]
+    assert refused == "unknown class '42' in column 'account' (not in data.classes)"
+    track = pl.read_parquet(tmp_path / "track_record.parquet").sort("entry_id")
+    assert track["predicted_label"].to_list() == ["0420", "4930", "0500"]
+    assert track["right"].to_list() == [True, False, False]
+
+
 def test_reviewed_suggestions_make_the_track_record(ledger, tmp_path, caplog):
     """Each correction used that says what was suggested gives one row: the suggestion, its
     confidence, whether the record was novel, and whether people chose that account. A review

@@ -16,7 +16,8 @@ A CSV file is read as a spreadsheet may save it (`io.read_spreadsheet_csv`): in 
 system's code page (`data.encoding`), separated by its locale's list separator (a semicolon in
 much of Europe), formulas escaped by predict's CSV copy of the review file read back, dates in
 its locale's short form (15.03.2024), with or without a time, read as dates
-(`io.spreadsheet_dates`), and true and false in its locale's words.
+(`io.spreadsheet_dates`), true and false in its locale's words, and ids and accounts with the
+leading zeros it dropped put back where exactly one known code fits (`leading_zeros`).
 
 A file that also says what was suggested (`predicted_label`, `confidence`, `novel`, as predict's
 review file does) gives the track record: for each correction used, the suggestion people were
@@ -191,6 +192,42 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
     return pl.concat(frames) if frames else pl.DataFrame()
 
 
+def leading_zeros(values: pl.Expr, known: pl.Series) -> pl.Expr:
+    """`values` with each one that is not in `known`, but is one of its values with the leading
+    zeros dropped (and no other's), as that value: a spreadsheet reads an id or account such as
+    0420 as the number 420, or turns what a person types so, and saves it so."""
+    padded = known.filter(known.str.contains(r"^0\d"))
+    stripped = pl.DataFrame({"padded": padded, "stripped": padded.str.replace(r"^0+(\d)", "$1")})
+    unique = stripped.filter(
+        pl.col("stripped").is_unique() & ~pl.col("stripped").is_in(known.implode())
+    )
+    return values.replace(dict(zip(unique["stripped"], unique["padded"], strict=True)))
+
+
+def with_leading_zeros(rows: pl.DataFrame, ids: pl.Series, labels: pl.Series) -> pl.DataFrame:
+    """The corrections `rows` with the leading zeros a spreadsheet dropped put back
+    (`leading_zeros`): in the ids, from the ledger's `ids`, and in the accounts chosen and
+    suggested, from the `labels` (data.classes, else the ledger's)."""
+    if rows.is_empty():
+        return rows
+    restored = rows.with_columns(
+        leading_zeros(pl.col(_RECORD), ids),
+        leading_zeros(pl.col(_ACCOUNT), labels),
+        leading_zeros(pl.col(f"_{PREDICTED_LABEL}"), labels),
+    )
+    changed = {
+        column: (rows[column] != restored[column]).sum()
+        for column in (_RECORD, _ACCOUNT, f"_{PREDICTED_LABEL}")
+    }
+    if any(changed.values()):
+        log.info(
+            "correct: leading zeros a spreadsheet dropped put back in %d ids, %d accounts chosen "
+            "and %d suggested",
+            *changed.values(),
+        )
+    return restored
+
+
 def new_records(
     rows: pl.DataFrame, spec: DataSpec, options: CleanSettings, first_row: int
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -255,7 +292,14 @@ def apply_corrections(
         raise DataError("data.corrections needs data.columns.id: a correction names its record")
     ledger = pl.scan_parquet(records)
     known = ledger.select(pl.col(spec.id).cast(pl.String).unique()).collect().to_series()
-    rows = read_corrections(corrections, spec)
+    labels = (
+        pl.Series(spec.classes, dtype=pl.String)
+        if spec.classes is not None
+        else ledger.select(pl.col(spec.label).cast(pl.String).unique().drop_nulls())
+        .collect()
+        .to_series()
+    )
+    rows = with_leading_zeros(read_corrections(corrections, spec), known, labels)
     time = pl.col(REVIEWED_AT).map_elements(review_time, return_dtype=pl.Datetime("us", "UTC"))
     problems = [
         (pl.col(_RECORD).is_null(), pl.lit(f"missing id in column '{spec.id}' or '{ID}'")),
