@@ -192,16 +192,20 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
     return pl.concat(frames) if frames else pl.DataFrame()
 
 
-def leading_zeros(values: pl.Expr, known: pl.Series) -> pl.Expr:
+def leading_zeros(values: pl.Series, known: pl.Series) -> pl.Series:
     """`values` with each one that is not in `known`, but is one of its values with the leading
     zeros dropped (and no other's), as that value: a spreadsheet reads an id or account such as
-    0420 as the number 420, or turns what a person types so, and saves it so."""
-    padded = known.filter(known.str.contains(r"^0\d"))
-    stripped = pl.DataFrame({"padded": padded, "stripped": padded.str.replace(r"^0+(\d)", "$1")})
-    unique = stripped.filter(
-        pl.col("stripped").is_unique() & ~pl.col("stripped").is_in(known.implode())
+    0420 as the number 420, or turns what a person types so, and saves it so. Only the known
+    values that fit an unknown one are held: a ledger's ids may be millions."""
+    unknown = values.filter(~values.is_in(known.implode())).drop_nulls().unique()
+    fits = (
+        known.filter(known.str.contains(r"^0\d"))
+        .to_frame("padded")
+        .with_columns(pl.col("padded").str.replace(r"^0+(\d)", "$1").alias("stripped"))
+        .filter(pl.col("stripped").is_in(unknown.implode()))
+        .filter(pl.col("stripped").is_unique())
     )
-    return values.replace(dict(zip(unique["stripped"], unique["padded"], strict=True)))
+    return values.replace(dict(zip(fits["stripped"], fits["padded"], strict=True)))
 
 
 def with_leading_zeros(rows: pl.DataFrame, ids: pl.Series, labels: pl.Series) -> pl.DataFrame:
@@ -210,20 +214,14 @@ def with_leading_zeros(rows: pl.DataFrame, ids: pl.Series, labels: pl.Series) ->
     suggested, from the `labels` (data.classes, else the ledger's)."""
     if rows.is_empty():
         return rows
-    restored = rows.with_columns(
-        leading_zeros(pl.col(_RECORD), ids),
-        leading_zeros(pl.col(_ACCOUNT), labels),
-        leading_zeros(pl.col(f"_{PREDICTED_LABEL}"), labels),
-    )
-    changed = {
-        column: (rows[column] != restored[column]).sum()
-        for column in (_RECORD, _ACCOUNT, f"_{PREDICTED_LABEL}")
-    }
-    if any(changed.values()):
+    known = {_RECORD: ids, _ACCOUNT: labels, f"_{PREDICTED_LABEL}": labels}
+    restored = rows.with_columns(leading_zeros(rows[c], values) for c, values in known.items())
+    changed = [(rows[c] != restored[c]).sum() for c in known]
+    if any(changed):
         log.info(
             "correct: leading zeros a spreadsheet dropped put back in %d ids, %d accounts chosen "
             "and %d suggested",
-            *changed.values(),
+            *changed,
         )
     return restored
 
