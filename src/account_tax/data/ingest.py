@@ -297,7 +297,6 @@ def write_csv_records(
         whole = False
     if whole:
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as work:
         rewritten = Path(work) / "records.csv"
         malformed = rewrite_csv(path, spec, header, wanted, rewritten)
@@ -338,6 +337,7 @@ def ingest(
     if path.stat().st_size == 0:
         raise DataError(f"{path}: input file is empty")
     fmt = source_format(spec, path)
+    # The output's folder also holds a UTF-8 copy (io.as_utf8) or a rewritten CSV for a while.
     output.parent.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         if fmt == "csv":
