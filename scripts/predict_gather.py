@@ -1,16 +1,19 @@
 """Gather the shards of a prediction into one predictions file, one rejects file (both in input
 order) and one file of the rows to review, least confident first (sorted `predict.chunk_rows`
-rows at a time), with its copy for spreadsheets; check that every input row is in the
-predictions or the rejects, and log the counts."""
+rows at a time), with its copy for spreadsheets (CSV or an Excel workbook,
+`predict.review_format`); check that every input row is in the predictions or the rejects, and
+log the counts."""
 
 from pathlib import Path
 
 from account_tax import cli
+from account_tax.data.features import LABEL_MAP
 from account_tax.evaluation.prediction_parts import (
     PredictPaths,
     PredictSettings,
     gather_parts,
     write_review_csv,
+    write_review_workbook,
 )
 from account_tax.evaluation.shipped import read_shipped
 from account_tax.stage_log import log_stage
@@ -29,7 +32,12 @@ def main() -> None:
     parser.add_argument("--output", type=Path, required=True, help="predictions Parquet")
     parser.add_argument("--rejects", type=Path, required=True, help="rejected rows Parquet")
     parser.add_argument("--review", type=Path, required=True, help="rows to review Parquet")
-    parser.add_argument("--review-csv", type=Path, required=True, help="rows to review CSV")
+    parser.add_argument(
+        "--review-sheet",
+        type=Path,
+        required=True,
+        help="rows to review for spreadsheets: .csv or .xlsx (predict.review_format)",
+    )
     args = parser.parse_args()
     parts = [
         PredictPaths(*files)
@@ -42,7 +50,12 @@ def main() -> None:
         PredictPaths(args.output, args.rejects, args.review),
         settings.chunk_rows,
     )
-    write_review_csv(args.review, args.review_csv, settings.review_csv_separator)
+    if settings.review_format == "xlsx":
+        write_review_workbook(
+            args.review, args.review_sheet, args.model / LABEL_MAP, settings.chunk_rows
+        )
+    else:
+        write_review_csv(args.review, args.review_sheet, settings.review_csv_separator)
     log_stage(
         args.tracking,
         f"predict/{args.output.stem}",

@@ -7,9 +7,10 @@ import re
 
 import polars as pl
 import pytest
-from sample_ledger import ledger_config, ledger_row, small_ledger
+from reviewed_ledger import OPTIONS, apply_in, clean_ledger, review_file
+from sample_ledger import ledger_config, ledger_row
 
-from account_tax.data.clean import REASON, CleanSettings, clean
+from account_tax.data.clean import REASON, clean
 from account_tax.data.corrections import LEDGER_LABEL, apply_corrections, correction_summary
 from account_tax.data.ingest import ingest
 from account_tax.data.spec import LABEL_SOURCE, DataSpec
@@ -18,37 +19,11 @@ from account_tax.evaluation.prediction_parts import write_review_csv
 from account_tax.settings import complete
 
 CLASSES = ["4930", "4210", "4400", "1800", "0000"]
-OPTIONS = CleanSettings.of({"case": "lower"})
 
 
 @pytest.fixture
 def ledger(tmp_path):
-    """The small ledger through ingest and clean, and its spec with a list of classes."""
-    small_ledger(tmp_path / "ledger.csv")
-    config = complete(ledger_config(tmp_path / "ledger.csv", classes=CLASSES))
-    spec = DataSpec.from_config(config)
-    ingest(spec, tmp_path / "ingested.parquet", tmp_path / "ledger.csv")
-    clean(
-        tmp_path / "ingested.parquet",
-        spec,
-        tmp_path / "clean.parquet",
-        tmp_path / "clean-rejects.parquet",
-        CleanSettings.of(config["clean"]),
-    )
-    return spec, tmp_path / "clean.parquet"
-
-
-def apply_in(folder, records, files, spec):
-    """apply_corrections, its outputs in `folder` (corrected, rejects and track_record.parquet)."""
-    return apply_corrections(
-        records,
-        files,
-        spec,
-        OPTIONS,
-        folder / "corrected.parquet",
-        folder / "rejects.parquet",
-        folder / "track_record.parquet",
-    )
+    return clean_ledger(tmp_path, CLASSES)
 
 
 def corrections_file(path, rows, separator=","):
@@ -167,23 +142,6 @@ def test_corrections_need_an_id_column(tmp_path):
     config["data"]["corrections"] = ["reviewed.csv"]
     with pytest.raises(DataError, match=r"`data.corrections` needs `data.columns.id`"):
         DataSpec.from_config(complete(config))
-
-
-def review_file(ids, suggested, confidence, novel):
-    """Predict's review file for records the ledger has (a re-scored period), account empty."""
-    return pl.DataFrame(
-        {
-            "source_row": list(range(2, 2 + len(ids))),
-            "id": ids,
-            "text": [f"memo: office supplies no {i}" for i in range(len(ids))],
-            "account": [None] * len(ids),
-            "predicted_label": suggested,
-            "confidence": pl.Series(confidence, dtype=pl.Float32),
-            "novel": novel,
-            "decision": ["review"] * len(ids),
-        },
-        schema_overrides={"account": pl.String},
-    )
 
 
 def test_predicts_review_file_is_a_corrections_file_once_its_account_is_filled_in(ledger, tmp_path):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import mlflow
 import numpy as np
+import openpyxl
 import pandas as pd
 import polars as pl
 import pytest
@@ -45,6 +46,7 @@ from account_tax.evaluation.prediction_parts import (
     PredictPaths,
     PredictSettings,
     write_review_csv,
+    write_review_workbook,
 )
 from account_tax.evaluation.runtime_check import check_runtime, checked_onnx_model
 from account_tax.evaluation.shipped import read_shipped
@@ -307,6 +309,43 @@ def test_predictions_for_new_records_with_rejects(trained):
     assert review.equals(expected)
 
 
+def assert_reviewed_file_corrects(trained, reviewed, review, chosen, folder):
+    """`reviewed`, predict's rows to review (`review`) with the accounts `chosen` filled in,
+    applied as corrections: the records, new to the ledger, join it with those accounts and
+    their own columns as read, and their suggestions make the track record."""
+    workdir, config, *_ = trained
+    settings = complete(config)
+    counts = apply_corrections(
+        workdir / "results/clean/records.parquet",
+        [reviewed],
+        DataSpec.from_config(settings),
+        CleanSettings.of(settings["clean"]),
+        folder / "corrected.parquet",
+        folder / "rejects.parquet",
+        folder / "track_record.parquet",
+    )
+
+    assert (counts.added, counts.rejected, counts.track_record) == (review.height, 0, review.height)
+    corrected = pl.read_parquet(folder / "corrected.parquet")
+    joined = corrected.filter(pl.col("entry_id").is_in(review["id"].to_list()))
+    assert dict(joined.select("entry_id", "account").iter_rows()) == dict(
+        zip(review["id"], chosen, strict=True)
+    )
+    assert set(joined["label_source"]) == {"correction"}
+    as_read = pl.read_csv(workdir / "new.csv", infer_schema=False)
+    assert dict(joined.select("entry_id", "vendor").iter_rows()) == {
+        entry: vendor.lower()
+        for entry, vendor in as_read.select("entry_id", "vendor").iter_rows()
+        if entry in joined["entry_id"]
+    }
+    track_record = pl.read_parquet(folder / "track_record.parquet").sort("entry_id")
+    suggested = review.sort("id")
+    assert track_record["predicted_label"].to_list() == suggested["predicted_label"].to_list()
+    assert track_record["confidence"].to_list() == pytest.approx(
+        suggested["confidence"].to_list(), rel=1e-6
+    )
+
+
 def test_the_review_csv_filled_in_as_a_spreadsheet_would_is_a_corrections_file(trained, tmp_path):
     """The rows to review for spreadsheets: the review file's columns, rows and order, each list a
     cell with an item a line. Its account column filled in and saved again as all text, it
@@ -314,7 +353,7 @@ def test_the_review_csv_filled_in_as_a_spreadsheet_would_is_a_corrections_file(t
     suggestions make the track record. The rule's copy has the review file's columns and rows; its
     values are checked on a copy of every prediction, as a review file holds them when none clears
     the threshold."""
-    workdir, config, *_ = trained
+    workdir, *_ = trained
     predict = workdir / "results/predict"
     shipped = pl.read_csv(predict / "new.review.csv", infer_schema=False, separator=";")
     assert shipped.columns == pl.read_parquet_schema(predict / "new.review.parquet").names()
@@ -342,30 +381,7 @@ def test_the_review_csv_filled_in_as_a_spreadsheet_would_is_a_corrections_file(t
     sheet.with_columns(pl.Series("account", chosen)).write_csv(
         reviewed, include_bom=True, separator=";"
     )
-    settings = complete(config)
-    counts = apply_corrections(
-        workdir / "results/clean/records.parquet",
-        [reviewed],
-        DataSpec.from_config(settings),
-        CleanSettings.of(settings["clean"]),
-        tmp_path / "corrected.parquet",
-        tmp_path / "rejects.parquet",
-        tmp_path / "track_record.parquet",
-    )
-
-    assert (counts.added, counts.rejected, counts.track_record) == (review.height, 0, review.height)
-    corrected = pl.read_parquet(tmp_path / "corrected.parquet")
-    joined = corrected.filter(pl.col("entry_id").is_in(review["id"].to_list()))
-    assert dict(joined.select("entry_id", "account").iter_rows()) == dict(
-        zip(review["id"], chosen, strict=True)
-    )
-    assert set(joined["label_source"]) == {"correction"}
-    track_record = pl.read_parquet(tmp_path / "track_record.parquet").sort("entry_id")
-    suggested = review.sort("id")
-    assert track_record["predicted_label"].to_list() == suggested["predicted_label"].to_list()
-    assert track_record["confidence"].to_list() == pytest.approx(
-        suggested["confidence"].to_list(), rel=1e-6
-    )
+    assert_reviewed_file_corrects(trained, reviewed, review, chosen, tmp_path)
 
 
 def test_prediction_in_chunks_of_rows_matches_the_rule(trained, tmp_path):
@@ -1335,3 +1351,48 @@ def test_an_int8_onnx_model_is_smaller_and_judged_by_the_same_check(trained, tmp
     record = check_runtime(model, exported["onnx-int8"], validation, settings, 64, 1)
     assert 0 <= record["top1_agreement"] <= 1 and record["ece_change"] >= 0
     assert record["passed"] == (record["top1_agreement"] >= 0.995 and record["ece_change"] <= 0.005)
+
+
+def test_the_review_workbook_of_the_predict_rule_filled_in_is_a_corrections_file(trained, tmp_path):
+    """`predict.review_format: xlsx`: the predict rule writes the rows to review as an Excel
+    workbook, the review file's columns and rows with the model's accounts to choose from. Its
+    account column filled in and saved, it corrects: the records (new to the ledger) join it with
+    the accounts people chose, and their suggestions make the track record. Its values are
+    checked on a workbook of every prediction, as the rule writes one when none clears the
+    threshold."""
+    workdir, config, _, server = trained
+    config = config | {"predict": config["predict"] | {"review_format": "xlsx"}}
+    result = snakemake(workdir, "results/predict/new.review.xlsx", config=config, env=server.env())
+    assert "predict" in jobs_run(result)
+    predict, model = workdir / "results/predict", workdir / "results/train/segment-2/model"
+    book = openpyxl.load_workbook(predict / "new.review.xlsx", read_only=True)
+    assert book.sheetnames == ["review", "accounts"]
+    rows = list(book["review"].iter_rows(values_only=True))
+    assert list(rows[0]) == pl.read_parquet_schema(predict / "new.review.parquet").names()
+    assert len(rows) - 1 == parquet_rows(predict / "new.review.parquet")
+    label_map = json.loads((model / "label_map.json").read_text())
+    listed = [row[0] for row in book["accounts"].iter_rows(min_row=2, values_only=True)]
+    assert listed == label_map["labels"]
+    book.close()
+
+    review = pl.read_parquet(predict / "new.parquet").sort("confidence", "source_row")
+    review.write_parquet(tmp_path / "review.parquet")
+    write_review_workbook(
+        tmp_path / "review.parquet", tmp_path / "review.xlsx", model / "label_map.json", 64
+    )
+    book = openpyxl.load_workbook(tmp_path / "review.xlsx")
+    sheet = book["review"]
+    header = [cell.value for cell in sheet[1]]
+    assert header == review.columns
+    assert [row[0] for row in sheet.iter_rows(min_row=2, values_only=True)] == review[
+        "source_row"
+    ].to_list()
+    evidence = header.index("evidence_texts")
+    assert [row[evidence] for row in sheet.iter_rows(min_row=2, values_only=True)] == [
+        "\n".join(cell) for cell in review["evidence_texts"]
+    ]
+    chosen = ["1800", "4210", "4400", "4930"][: review.height]
+    for row, account in zip(sheet.iter_rows(min_row=2), chosen, strict=True):
+        row[header.index("account")].value = account
+    book.save(tmp_path / "reviewed.xlsx")
+    assert_reviewed_file_corrects(trained, tmp_path / "reviewed.xlsx", review, chosen, tmp_path)

@@ -60,7 +60,7 @@ def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def _replace_atomically(paths: Sequence[Path], write: Callable[[list[Path]], None]) -> None:
+def replace_atomically(paths: Sequence[Path], write: Callable[[list[Path]], None]) -> None:
     """Write temporary files beside `paths`, then rename: readers never see half a file. A
     failed write is a WriteError naming the files."""
     with writing(", ".join(path.name for path in paths), paths[0].parent):
@@ -89,7 +89,7 @@ def write_json(path: Path, data: Any) -> None:
     def write(tmps: list[Path]) -> None:
         tmps[0].write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
 
-    _replace_atomically([path], write)
+    replace_atomically([path], write)
 
 
 def write_parquet(
@@ -102,7 +102,7 @@ def write_parquet(
     if isinstance(frame, pl.LazyFrame):
         write_parquets({path: frame}, metadata=metadata)
     else:
-        _replace_atomically([path], lambda tmps: frame.write_parquet(tmps[0], metadata=metadata))
+        replace_atomically([path], lambda tmps: frame.write_parquet(tmps[0], metadata=metadata))
 
 
 def write_parquets(
@@ -130,7 +130,7 @@ def write_parquets(
         ]
         pl.collect_all(sinks)
 
-    _replace_atomically(list(frames), write)
+    replace_atomically(list(frames), write)
 
 
 CSV_SEPARATORS = (",", ";", "\t")
@@ -172,7 +172,7 @@ def write_spreadsheet_csv(frame: pl.LazyFrame, path: Path, separator: str) -> No
     text = pl.col(pl.String)
     formula = text.str.contains(FORMULA) & text.cast(pl.Float64, strict=False).is_null()
     escaped = frame.with_columns(pl.when(formula).then(text.str.replace("^", "'")).otherwise(text))
-    _replace_atomically(
+    replace_atomically(
         [path], lambda tmps: escaped.sink_csv(tmps[0], include_bom=True, separator=separator)
     )
 

@@ -230,7 +230,7 @@ rule predict:
         output="results/predict/{name}.parquet",
         rejects="results/predict/{name}.rejects.parquet",
         review="results/predict/{name}.review.parquet",
-        review_csv="results/predict/{name}.review.csv",
+        review_sheet=f"results/predict/{{name}}.review.{config['predict']['review_format']}",
     log:
         "logs/predict/{name}.log",
     benchmark:
@@ -244,7 +244,10 @@ rule predict:
         code=code_sha256("predict_gather"),
         tracking=RUN_FILE,
         settings=settings(
-            "predict.shards", "predict.chunk_rows", "predict.review_csv_separator"
+            "predict.shards",
+            "predict.chunk_rows",
+            "predict.review_format",
+            "predict.review_csv_separator",
         ),
         paths=path_options(),
     shell:

@@ -123,11 +123,16 @@ def row_hash(columns: Sequence[str]) -> pl.Expr:
     return pl.struct(columns).hash()
 
 
+def decimal_separator(number_format: str) -> str:
+    """The decimal separator of one of `data.number_format`'s forms: its last but one character."""
+    return number_format[-2]
+
+
 def plain_number(text: pl.Expr, number_format: str) -> pl.Expr:
     """`text`, a number written in `number_format` (one of `data.number_format`'s), as Python
     writes it: its thousands separators dropped where they group digits in threes, its decimal
     comma a point. Null where a decimal comma's number holds a point, which is neither."""
-    decimal = number_format[-2]
+    decimal = decimal_separator(number_format)
     thousands = number_format[1] if len(number_format) == len("1,234.5") else None
     if thousands is not None:
         if thousands in NUMBER_SPACES:
@@ -148,7 +153,7 @@ def plain_number(text: pl.Expr, number_format: str) -> pl.Expr:
 def written_number(value: pl.Expr, number_format: str) -> pl.Expr:
     """A numeric `value` as text that `plain_number` reads back in `number_format`: ungrouped,
     with the format's decimal separator."""
-    return value.cast(pl.String).str.replace(".", number_format[-2], literal=True)
+    return value.cast(pl.String).str.replace(".", decimal_separator(number_format), literal=True)
 
 
 def later_duplicates(records: pl.LazyFrame, columns: Sequence[str]) -> pl.Series:

@@ -1,10 +1,11 @@
 """Corrections: rows people reviewed, with the account they chose, applied to the clean ledger.
 
-A corrections file (CSV or Parquet) names a record by the ledger's id column, or by `id` as
-predict's review file does, and gives the account in the ledger's label column; `reviewed_at`
-and `reviewed_by` are optional. Predict's review file, with its label column filled in, is such
-a file. A row whose id the ledger does not have but that carries every column of a record (as
-predict's review file does) is a new record: cleaned as the ledger was, it joins the ledger.
+A corrections file (CSV, Parquet or an Excel workbook) names a record by the ledger's id
+column, or by `id` as predict's review file does, and gives the account in the ledger's label
+column; `reviewed_at` and `reviewed_by` are optional. Predict's review file, with its label
+column filled in, is such a file. A row whose id the ledger does not have but that carries every
+column of a record (as predict's review file does) is a new record: cleaned as the ledger was,
+it joins the ledger.
 Every row of every file ends applied, added or in the rejects file with its reason (no id, no
 account, an account outside data.classes, a `reviewed_at` that is not a time, an id the ledger
 does not have in a file without the record's columns, a new record that clean rejects, or
@@ -17,7 +18,9 @@ system's code page (`data.encoding`), separated by its locale's list separator (
 much of Europe), formulas escaped by predict's CSV copy of the review file read back, dates in
 its locale's short form (15.03.2024), with or without a time, read as dates
 (`io.spreadsheet_dates`), true and false in its locale's words, and ids and accounts with the
-leading zeros it dropped put back where exactly one known code fits (`leading_zeros`).
+leading zeros it dropped put back where exactly one known code fits (`leading_zeros`). A
+workbook's sheets with the id and account columns are read as text as a CSV file would hold them
+(`workbook.read_workbook`), and then as a CSV file is.
 
 A file that also says what was suggested (`predicted_label`, `confidence`, `novel`, as predict's
 review file does) gives the track record: for each correction used, the suggestion people were
@@ -30,13 +33,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tempfile
+import zipfile
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 
-from account_tax.data.clean import REASON, SOURCE_FILE, CleanSettings, clean, summary_table
+from account_tax.data.clean import (
+    REASON,
+    SOURCE_FILE,
+    CleanSettings,
+    clean,
+    decimal_separator,
+    summary_table,
+)
 from account_tax.data.serialize import ID
 from account_tax.data.spec import (
     CONFIDENCE,
@@ -46,6 +57,7 @@ from account_tax.data.spec import (
     LEDGER,
     NOVEL,
     PREDICTED_LABEL,
+    RIGHT,
     DataSpec,
 )
 from account_tax.errors import DataError
@@ -59,16 +71,16 @@ from account_tax.io import (
     write_parquets,
 )
 from account_tax.settings import SOURCE_ROW
+from account_tax.workbook import read_workbook
 
 log = logging.getLogger(__name__)
 
 REVIEWED_AT, REVIEWED_BY = "reviewed_at", "reviewed_by"
 # The ledger's label before a correction replaced it (null where none did).
 LEDGER_LABEL = "ledger_label"
-# Whether the suggestion was the account people chose (the track record's verdict).
-RIGHT = "right"
 SUPERSEDED = "superseded by the later correction in"
 """The start of a superseded correction's reject reason, which goes on to name the winner."""
+WORKBOOK = ".xlsx"
 _RECORD, _ACCOUNT, _TIME, _ORDER, _WHOLE = "_record", "_account", "_time", "_order", "_whole"
 _SUGGESTION, _SUGGESTED = (PREDICTED_LABEL, CONFIDENCE, NOVEL), "_suggested"
 
@@ -123,26 +135,51 @@ def _strptime(text: str, form: str) -> datetime | None:
         return None
 
 
+def corrections_sheets(path: Path, spec: DataSpec) -> list[tuple[str, pl.DataFrame]]:
+    """A corrections file's tables, each with the name its rows' rejects give as their file: a
+    Parquet or CSV file's one table, or the sheets of an Excel workbook that have the id and
+    account columns (its other sheets, such as the accounts predict's workbook lists, hold no
+    corrections; where none has them, the first, to be refused for what it lacks). Text dates in
+    a spreadsheet locale's short form are read as dates (`io.spreadsheet_dates`)."""
+    try:
+        if path.suffix.lower() == ".parquet":
+            return [(str(path), pl.read_parquet(path))]
+        if path.suffix.lower() == WORKBOOK:
+            decimal = decimal_separator(spec.number_format)
+            sheets = [(f"{path} [{title}]", frame) for title, frame in read_workbook(path, decimal)]
+        else:
+            sheets = [(str(path), read_spreadsheet_csv(path, spec.encoding))]
+    except (OSError, KeyError, zipfile.BadZipFile, pl.exceptions.PolarsError) as error:
+        raise DataError(f"{path}: not a readable corrections file ({error})") from None
+    if not sheets:
+        raise DataError(f"{path}: no sheet of the workbook has a header row")
+    with_columns = [
+        (source, frame)
+        for source, frame in sheets
+        if {spec.label} <= set(frame.columns) and {spec.id, ID} & set(frame.columns)
+    ]
+    return [
+        (
+            source,
+            spreadsheet_dates(
+                spreadsheet_dates(frame, spec.date, spec.date_format), [REVIEWED_AT], ISO_DATE
+            ),
+        )
+        for source, frame in with_columns or sheets[:1]
+    ]
+
+
 def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
-    """Every row of the files as text: the record's id, the account, the time, its file and row,
-    its place in file order, and the record's columns where its file has them all."""
+    """Every row of the files as text: the record's id, the account, the time, its file (and
+    sheet) and row, its place in file order, and the record's columns where its file has them
+    all."""
     frames = []
-    for file_index, path in enumerate(paths):
-        try:
-            if path.suffix.lower() == ".parquet":
-                frame = pl.read_parquet(path)
-            else:
-                frame = spreadsheet_dates(
-                    read_spreadsheet_csv(path, spec.encoding), spec.date, spec.date_format
-                )
-                frame = spreadsheet_dates(frame, [REVIEWED_AT], ISO_DATE)
-        except (OSError, pl.exceptions.PolarsError) as error:
-            raise DataError(f"{path}: not a readable corrections file ({error})") from None
+    for source, frame in (sheet for path in paths for sheet in corrections_sheets(path, spec)):
         id_column = spec.id if spec.id in frame.columns else ID
         missing = [c for c in (id_column, spec.label) if c not in frame.columns]
         if missing:
             raise DataError(
-                f"{path}: a corrections file needs the record's id (column '{spec.id}' or "
+                f"{source}: a corrections file needs the record's id (column '{spec.id}' or "
                 f"'{ID}') and the account (column '{spec.label}'); missing: {', '.join(missing)}"
             )
         optional = [
@@ -177,12 +214,12 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
         )
         frames.append(
             frame.select(
-                pl.lit(str(path)).alias(SOURCE_FILE),
+                pl.lit(source).alias(SOURCE_FILE),
                 pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias(SOURCE_ROW),
                 pl.col(id_column).cast(pl.String).str.strip_chars().alias(_RECORD),
                 pl.col(spec.label).cast(pl.String).str.strip_chars(LABEL_TRIM).alias(_ACCOUNT),
                 *optional,
-                (pl.lit(file_index, pl.Int64) * 2**40 + pl.int_range(pl.len())).alias(_ORDER),
+                (pl.lit(len(frames), pl.Int64) * 2**40 + pl.int_range(pl.len())).alias(_ORDER),
                 pl.lit(whole).alias(_WHOLE),
                 *record,
                 pl.lit(suggested).alias(_SUGGESTED),

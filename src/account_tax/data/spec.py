@@ -104,6 +104,8 @@ PREDICTED_LABEL, CONFIDENCE, NOVEL = "predicted_label", "confidence", "novel"
 the record is unlike any training record (never posted). Predict's review file carries them, so
 a reviewed file that comes back as corrections says how each suggestion fared (the track record,
 data/corrections.py)."""
+RIGHT = "right"
+"""The track record's verdict: whether the suggestion was the account people chose."""
 
 CHART_SUFFIXES = (".csv", ".parquet")
 """data.classes naming a file with one of these extensions is a chart table, any other a list of

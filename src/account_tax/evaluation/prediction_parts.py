@@ -7,18 +7,27 @@ model.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
+import xlsxwriter
 
 from account_tax.data.spec import CONFIDENCE
-from account_tax.io import parquet_rows, write_parquet, write_spreadsheet_csv
+from account_tax.io import (
+    parquet_rows,
+    replace_atomically,
+    write_parquet,
+    write_spreadsheet_csv,
+)
 from account_tax.settings import SOURCE_ROW, SectionView
 
 log = logging.getLogger(__name__)
@@ -31,6 +40,7 @@ class PredictSettings(SectionView):
     inputs: dict[str, str]
     top_k: int
     evidence_k: int
+    review_format: str
     review_csv_separator: str
     shards: int
     chunk_rows: int
@@ -151,17 +161,149 @@ def append_in_review_order(
 def write_review_csv(review: Path, target: Path, separator: str) -> None:
     """The rows to review as a spreadsheet opens them, for the people who review: the review
     file's rows in its order and its columns, each list (the top k, the evidence) one cell with an
-    item a line, its numbers to 4 decimals, separated by `separator`. Filled in (the account
-    column) and saved as CSV, it is a corrections file as it stands (`data.corrections`)."""
+    item a line (`one_cell_lists`), separated by `separator`. Filled in (the account column) and
+    saved as CSV, it is a corrections file as it stands (`data.corrections`)."""
     rows = pl.scan_parquet(review)
-    lists = [
+    write_spreadsheet_csv(
+        rows.with_columns(one_cell_lists(rows.collect_schema())), target, separator
+    )
+
+
+def one_cell_lists(schema: pl.Schema) -> list[pl.Expr]:
+    """Each list column of `schema` as text, an item a line, its numbers to 4 decimals: one cell
+    of a spreadsheet."""
+    return [
         pl.col(name)
         .list.eval((pl.element().round(4) if dtype.inner.is_float() else pl.element()).cast(str))
         .list.join("\n")
-        for name, dtype in rows.collect_schema().items()
+        for name, dtype in schema.items()
         if isinstance(dtype, pl.List)
     ]
-    write_spreadsheet_csv(rows.with_columns(lists), target, separator)
+
+
+REVIEW_SHEET, ACCOUNTS_SHEET = "review", "accounts"
+EXCEL_ROWS = 1_048_576
+"""The rows of a worksheet, its header's among them."""
+# Characters XML 1.0, and so a workbook, cannot hold.
+NOT_IN_A_WORKBOOK = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def write_review_workbook(review: Path, target: Path, label_map: Path, batch_rows: int) -> None:
+    """The rows to review as an Excel workbook, for the people who review: the review file's rows
+    in its order and its columns, each list one cell with an item a line (`one_cell_lists`),
+    numbers and true/false as such. Every text is a text cell (never a formula, however it
+    starts), and every column of text is formatted as text, the empty account column included:
+    an id or account (0420, an id of 20 digits), a date or an amount stays as written whatever
+    the locale, and what a person types there stays as typed. The account column offers the
+    model's accounts that take postings, listed with their names on a sheet of their own
+    (`accounts`), and warns of any other. Rows beyond a sheet's go on in `review 2` and so on.
+    Filled in and saved, it is a corrections file as it stands (`data.corrections`)."""
+    mapping = json.loads(label_map.read_text(encoding="utf-8"))
+    codes = mapping["labels"]
+    unknown = [None] * len(codes)
+    accounts = [
+        (code, name, description)
+        for code, name, description, postable in zip(
+            codes,
+            mapping.get("names") or unknown,
+            mapping.get("descriptions") or unknown,
+            mapping.get("postable") or [True] * len(codes),
+            strict=True,
+        )
+        if postable
+    ]
+    schema = pl.read_parquet_schema(review)
+    text = [
+        name == mapping["label_column"] or dtype == pl.String or isinstance(dtype, pl.List)
+        for name, dtype in schema.items()
+    ]
+    columns = list(schema)
+    label = columns.index(mapping["label_column"]) if mapping["label_column"] in columns else None
+    total, per_sheet = parquet_rows(review), EXCEL_ROWS - 1
+
+    def write(path: Path) -> None:
+        # A row at a time to the file: memory stays flat however many rows there are.
+        workbook = xlsxwriter.Workbook(path, {"constant_memory": True, "nan_inf_to_errors": True})
+        formats = {
+            "text": workbook.add_format({"num_format": "@"}),
+            "lines": workbook.add_format({"num_format": "@", "text_wrap": True, "valign": "top"}),
+            "header": workbook.add_format({"bold": True}),
+        }
+        sizes = [min(per_sheet, total - first) for first in range(0, max(total, 1), per_sheet)]
+        sheets = (
+            _review_sheet(workbook, schema, text, formats, number, rows, label, len(accounts))
+            for number, rows in enumerate(sizes, start=1)
+        )
+        sheet, row = next(sheets), 0
+        for batch in pq.ParquetFile(review).iter_batches(batch_size=batch_rows):
+            for values in pl.from_arrow(batch).with_columns(one_cell_lists(schema)).iter_rows():
+                if row == per_sheet:
+                    sheet, row = next(sheets), 0
+                row += 1
+                for column, value in enumerate(values):
+                    _write_cell(sheet, row, column, value, formats)
+        listed = workbook.add_worksheet(ACCOUNTS_SHEET)
+        listed.set_column(0, 2, 30, formats["text"])
+        for column, name in enumerate((mapping["label_column"], "name", "description")):
+            listed.write_string(0, column, name, formats["header"])
+        for row, values in enumerate(accounts, start=1):
+            for column, value in enumerate(values):
+                _write_cell(listed, row, column, value, formats)
+        workbook.close()
+
+    replace_atomically([target], lambda tmps: write(tmps[0]))
+
+
+def _review_sheet(
+    workbook: Any,
+    schema: pl.Schema,
+    text: list[bool],
+    formats: dict[str, Any],
+    number: int,
+    rows: int,
+    label: int | None,
+    accounts: int,
+) -> Any:
+    """The `number`th sheet of `rows` rows to review: the header bold and frozen, a filter on
+    each column, the columns of text formatted as text, and the account column (the `label`th)
+    offering the first `accounts` rows of the accounts sheet."""
+    sheet = workbook.add_worksheet(REVIEW_SHEET if number == 1 else f"{REVIEW_SHEET} {number}")
+    for column, ((name, dtype), as_text) in enumerate(zip(schema.items(), text, strict=True)):
+        width = 40 if isinstance(dtype, pl.List) else min(40, max(10, len(name) + 2))
+        sheet.set_column(column, column, width, formats["text"] if as_text else None)
+    sheet.freeze_panes(1, 0)
+    sheet.autofilter(0, 0, rows, len(schema) - 1)
+    for column, name in enumerate(schema):
+        sheet.write_string(0, column, name, formats["header"])
+    if label is not None:
+        sheet.data_validation(
+            1,
+            label,
+            max(rows, 1),
+            label,
+            {
+                "validate": "list",
+                "source": f"={ACCOUNTS_SHEET}!$A$2:$A${accounts + 1}",
+                "error_type": "warning",
+                "error_title": "Not an account of the model",
+                "error_message": f"Not one of the accounts on the sheet '{ACCOUNTS_SHEET}'.",
+            },
+        )
+    return sheet
+
+
+def _write_cell(sheet: Any, row: int, column: int, value: object, formats: dict[str, Any]) -> None:
+    """`value` as what it is: text (its characters that a workbook cannot hold replaced), a
+    number or true/false; nothing for none."""
+    if isinstance(value, str):
+        value = NOT_IN_A_WORKBOOK.sub("\ufffd", value)
+        sheet.write_string(row, column, value, formats["lines" if "\n" in value else "text"])
+    elif isinstance(value, bool):
+        sheet.write_boolean(row, column, value)
+    elif isinstance(value, int | float):
+        sheet.write_number(row, column, value)
+    elif value is not None:
+        sheet.write_string(row, column, str(value), formats["text"])
 
 
 def gather_parts(

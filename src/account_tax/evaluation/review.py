@@ -29,8 +29,7 @@ import numpy as np
 import polars as pl
 from scipy.stats import beta
 
-from account_tax.data.corrections import RIGHT
-from account_tax.data.spec import CONFIDENCE, NOVEL
+from account_tax.data.spec import CONFIDENCE, NOVEL, RIGHT
 
 DECISION = "decision"
 """The column that holds a row's decision."""

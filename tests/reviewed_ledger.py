@@ -1,0 +1,59 @@
+"""The corrections tests' ledger and files: the small ledger cleaned, predict's rows to review,
+and corrections applied with their outputs in one folder."""
+
+import polars as pl
+from sample_ledger import ledger_config, small_ledger
+
+from account_tax.data.clean import CleanSettings, clean
+from account_tax.data.corrections import apply_corrections
+from account_tax.data.ingest import ingest
+from account_tax.data.spec import DataSpec
+from account_tax.settings import complete
+
+OPTIONS = CleanSettings.of({"case": "lower"})
+
+
+def clean_ledger(folder, classes):
+    """The small ledger through ingest and clean in `folder`, and its spec with `classes`."""
+    small_ledger(folder / "ledger.csv")
+    config = complete(ledger_config(folder / "ledger.csv", classes=classes))
+    spec = DataSpec.from_config(config)
+    ingest(spec, folder / "ingested.parquet", folder / "ledger.csv")
+    clean(
+        folder / "ingested.parquet",
+        spec,
+        folder / "clean.parquet",
+        folder / "clean-rejects.parquet",
+        CleanSettings.of(config["clean"]),
+    )
+    return spec, folder / "clean.parquet"
+
+
+def apply_in(folder, records, files, spec):
+    """apply_corrections, its outputs in `folder` (corrected, rejects and track_record.parquet)."""
+    return apply_corrections(
+        records,
+        files,
+        spec,
+        OPTIONS,
+        folder / "corrected.parquet",
+        folder / "rejects.parquet",
+        folder / "track_record.parquet",
+    )
+
+
+def review_file(ids, suggested, confidence, novel):
+    """Predict's review file for records the ledger has (a re-scored period), account empty."""
+    return pl.DataFrame(
+        {
+            "source_row": list(range(2, 2 + len(ids))),
+            "id": ids,
+            "text": [f"memo: office supplies no {i}" for i in range(len(ids))],
+            "account": [None] * len(ids),
+            "predicted_label": suggested,
+            "confidence": pl.Series(confidence, dtype=pl.Float32),
+            "novel": novel,
+            "decision": ["review"] * len(ids),
+        },
+        schema_overrides={"account": pl.String},
+    )

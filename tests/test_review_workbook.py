@@ -1,0 +1,262 @@
+"""The rows to review as an Excel workbook (`predict.review_format: xlsx`): written so that a
+spreadsheet keeps ids, accounts, dates and amounts as they were, filled in and saved as a
+spreadsheet saves it, and read back as a corrections file."""
+
+import dataclasses
+import json
+from datetime import datetime
+
+import openpyxl
+import polars as pl
+import pytest
+from reviewed_ledger import apply_in, clean_ledger, review_file
+from sample_ledger import ledger_row
+
+from account_tax.data.clean import REASON
+from account_tax.errors import DataError
+from account_tax.evaluation import prediction_parts
+from account_tax.evaluation.prediction_parts import write_review_workbook
+
+CLASSES = ["4930", "4210", "4400", "1800", "0000", "0420"]
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    return clean_ledger(tmp_path, CLASSES)
+
+
+def label_map(path, postable=None):
+    mapping = {
+        "label_column": "account",
+        "labels": CLASSES,
+        "counts": [30, 18, 10, 2, 0, 0],
+        "names": ["Bürobedarf", "Miete", "Erlöse", "Bank", None, "Fahrzeuge"],
+        "descriptions": [None] * len(CLASSES),
+    }
+    if postable is not None:
+        mapping["postable"] = postable
+    path.write_text(json.dumps(mapping))
+    return path
+
+
+def column_format(sheet, index):
+    """The number format of the `index`th column (from 0), which a workbook may hold as one
+    entry for several columns."""
+    (dimension,) = [d for d in sheet.column_dimensions.values() if d.min <= index + 1 <= d.max]
+    return dimension.number_format
+
+
+def review_rows(records):
+    """Predict's rows to review for the records (each a dict of the ledger's columns as read):
+    their columns, the prediction's, the top k and the evidence as lists, the account empty."""
+    frame = pl.DataFrame(records, schema=dict.fromkeys(records[0], pl.String))
+    return frame.with_columns(
+        pl.int_range(1, pl.len() + 1).alias("source_row"),
+        pl.col("entry_id").alias("id"),
+        pl.format("memo: {}", "memo").alias("text"),
+        # No account yet: a column of nulls, which a Parquet file may type as nothing but null.
+        pl.lit(None).alias("account"),
+        pl.lit("4930").alias("predicted_label"),
+        pl.lit(0.61234567, pl.Float32).alias("confidence"),
+        pl.lit(["4930", "4210"]).alias("top_k_labels"),
+        pl.lit([0.61234567, 0.2]).alias("top_k_probabilities"),
+        pl.Series("novel", [i % 2 == 1 for i in range(len(records))]),
+        pl.lit("review").alias("decision"),
+    )
+
+
+def test_the_review_workbook_keeps_what_a_spreadsheet_would_rewrite(tmp_path):
+    """Every text is a text cell: an id with leading zeros, a German amount, an ISO date and a
+    memo that starts like a formula come back as written, never as a number, a date or a formula.
+    The account column is formatted as text, so what is typed there stays as typed, and it
+    offers the accounts that take postings, by their names on a sheet of their own. Lists are a
+    cell with an item a line, numbers are numbers, the header is frozen and filtered."""
+    new = [
+        ledger_row(500, entry_id="00500", amount="1.234,56", memo='=HYPERLINK("x","y")'),
+        ledger_row(501, amount="-45,00", memo="bell\x07 in the memo"),
+    ]
+    review_rows(new).write_parquet(tmp_path / "new.review.parquet")
+    mapping = label_map(tmp_path / "label_map.json", postable=[True] * 5 + [False])
+
+    write_review_workbook(tmp_path / "new.review.parquet", tmp_path / "new.review.xlsx", mapping, 1)
+
+    book = openpyxl.load_workbook(tmp_path / "new.review.xlsx")
+    assert book.sheetnames == ["review", "accounts"]
+    sheet = book["review"]
+    header = [cell.value for cell in sheet[1]]
+    assert header == pl.read_parquet_schema(tmp_path / "new.review.parquet").names()
+    column = {name: index for index, name in enumerate(header)}
+    first, second = sheet[2], sheet[3]
+    for name, value in [
+        ("entry_id", "00500"),
+        ("id", "00500"),
+        ("amount", "1.234,56"),
+        ("date", "2024-03-15"),
+        ("memo", '=HYPERLINK("x","y")'),
+    ]:
+        assert (first[column[name]].value, first[column[name]].data_type) == (value, "s")
+    assert second[column["memo"]].value == "bell\ufffd in the memo"
+    assert first[column["confidence"]].value == pytest.approx(0.61234567, rel=1e-6)
+    assert first[column["confidence"]].data_type == "n"
+    assert [row[column["novel"]].value for row in (first, second)] == [False, True]
+    assert first[column["top_k_labels"]].value == "4930\n4210"
+    assert first[column["top_k_probabilities"]].value == "0.6123\n0.2"
+    assert first[column["top_k_labels"]].alignment.wrap_text
+    account = column["account"]
+    assert [row[account].value for row in (first, second)] == [None, None]
+    # Columns of text are formatted as text, so what is typed there stays text; others not.
+    assert [column_format(sheet, column[name]) for name in ("account", "id", "memo")] == ["@"] * 3
+    assert column_format(sheet, column["confidence"]) == "General"
+    assert sheet.freeze_panes == "A2"
+    assert sheet.auto_filter.ref == f"A1:{openpyxl.utils.get_column_letter(len(header))}3"
+    (choice,) = sheet.data_validations.dataValidation
+    letter = openpyxl.utils.get_column_letter(account + 1)
+    assert (choice.type, choice.formula1, str(choice.sqref)) == (
+        "list",
+        "accounts!$A$2:$A$6",
+        f"{letter}2:{letter}3",
+    )
+    assert choice.errorStyle == "warning"
+    listed = [tuple(cell.value for cell in row) for row in book["accounts"].iter_rows()]
+    assert listed == [
+        ("account", "name", "description"),
+        ("4930", "Bürobedarf", None),
+        ("4210", "Miete", None),
+        ("4400", "Erlöse", None),
+        ("1800", "Bank", None),
+        ("0000", None, None),
+    ]
+
+
+def test_the_review_workbook_filled_in_and_saved_is_a_corrections_file(ledger, tmp_path):
+    """A reviewer fills in the account column: one account picked from the list (text), one
+    typed into a cell a spreadsheet had made a number cell (4210.0), a review time as a date
+    cell, and a new record's amount typed again as a number. Read back, the new record joins the
+    ledger with that amount (a number cell read with `data.number_format`'s decimal separator),
+    the record the ledger has is relabelled, the later of its two corrections counts, neither
+    the accounts sheet nor a row cleared adds a row, and the suggestions make the track record
+    with their confidence and novelty."""
+    spec, records = ledger
+    spec = dataclasses.replace(spec, number_format="1.234,5")
+    rows = [
+        ledger_row(500, entry_id="00500", amount="1.234,00", memo="Drucker Toner"),
+        ledger_row(1),
+        ledger_row(1),
+    ]
+    review_rows(rows).write_parquet(tmp_path / "new.review.parquet")
+    write_review_workbook(
+        tmp_path / "new.review.parquet",
+        tmp_path / "new.review.xlsx",
+        label_map(tmp_path / "label_map.json"),
+        2,
+    )
+    book = openpyxl.load_workbook(tmp_path / "new.review.xlsx")
+    sheet = book["review"]
+    header = [cell.value for cell in sheet[1]]
+    account = header.index("account") + 1
+    # The amount typed again where the cell was not text: a number cell.
+    sheet.cell(2, header.index("amount") + 1, 1234.56)
+    sheet.cell(2, account, "0420")
+    sheet.cell(3, account, 4210.0)
+    sheet.cell(4, account, "4400")
+    reviewed_at = len(header) + 1
+    sheet.cell(1, reviewed_at, "reviewed_at")
+    sheet.cell(3, reviewed_at, datetime(2026, 11, 30, 14, 30))
+    sheet.cell(4, reviewed_at, datetime(2026, 11, 30, 9, 5))
+    # A row whose contents were cleared keeps its cells' formats, and holds no correction.
+    sheet.cell(6, account).number_format = "@"
+    book.save(tmp_path / "reviewed.xlsx")
+
+    counts = apply_in(tmp_path, records, [tmp_path / "reviewed.xlsx"], spec)
+
+    assert (counts.rows_in, counts.applied, counts.added, counts.superseded) == (3, 1, 1, 1)
+    assert counts.rejected == 1
+    corrected = pl.read_parquet(tmp_path / "corrected.parquet")
+    labels = dict(corrected.select("entry_id", "account").iter_rows())
+    assert (labels["00500"], labels["E00001"]) == ("0420", "4210")
+    joined = corrected.filter(pl.col("entry_id") == "00500").row(0, named=True)
+    assert (joined["amount"], joined["memo"]) == (1234.56, "drucker toner")
+    (superseded,) = pl.read_parquet(tmp_path / "rejects.parquet").iter_rows(named=True)
+    assert superseded["source_file"] == f"{tmp_path / 'reviewed.xlsx'} [review]"
+    assert superseded["source_row"] == 3
+    assert superseded[REASON].startswith("superseded by the later correction in row 2 of")
+    track = pl.read_parquet(tmp_path / "track_record.parquet").sort("entry_id")
+    assert track["entry_id"].to_list() == ["00500", "E00001"]
+    assert track["right"].to_list() == [False, False]
+    assert track["confidence"].to_list() == pytest.approx([0.61234567] * 2, rel=1e-6)
+    assert track["novel"].to_list() == [False, True]
+
+
+def test_a_review_queue_longer_than_a_sheet_goes_on_in_the_next(ledger, tmp_path, monkeypatch):
+    """Rows beyond a worksheet's (1,048,575 under the header) go on in `review 2` and so on, each
+    sheet with its header and the account list; read back, every row counts once, named by its
+    sheet and row."""
+    spec, records = ledger
+    monkeypatch.setattr(prediction_parts, "EXCEL_ROWS", 4)
+    ids = [f"E{n:05d}" for n in range(1, 8)]
+    review_file(ids, ["4930"] * 7, [0.5] * 7, [False] * 7).write_parquet(tmp_path / "q.parquet")
+    write_review_workbook(
+        tmp_path / "q.parquet", tmp_path / "q.xlsx", label_map(tmp_path / "map.json"), 2
+    )
+    book = openpyxl.load_workbook(tmp_path / "q.xlsx")
+    assert book.sheetnames == ["review", "review 2", "review 3", "accounts"]
+    read = [
+        [row[1] for row in book[name].iter_rows(min_row=2, values_only=True)]
+        for name in book.sheetnames[:3]
+    ]
+    assert read == [ids[:3], ids[3:6], ids[6:]]
+    for name in book.sheetnames[:3]:
+        assert book[name].data_validations.dataValidation[0].formula1 == "accounts!$A$2:$A$7"
+    for name in book.sheetnames[:3]:
+        for row in book[name].iter_rows(min_row=2):
+            row[3].value = "4210"
+    book.save(tmp_path / "q-reviewed.xlsx")
+
+    counts = apply_in(tmp_path, records, [tmp_path / "q-reviewed.xlsx"], spec)
+
+    assert (counts.rows_in, counts.applied) == (7, 7)
+    corrected = pl.read_parquet(tmp_path / "corrected.parquet")
+    assert set(corrected.filter(pl.col("entry_id").is_in(ids))["account"]) == {"4210"}
+
+
+def test_an_empty_review_queue_is_a_workbook_with_its_header(tmp_path):
+    review_file([], [], [], []).write_parquet(tmp_path / "none.parquet")
+    write_review_workbook(
+        tmp_path / "none.parquet", tmp_path / "none.xlsx", label_map(tmp_path / "m.json"), 8
+    )
+    book = openpyxl.load_workbook(tmp_path / "none.xlsx")
+    assert book.sheetnames == ["review", "accounts"]
+    assert [cell.value for cell in book["review"][1]][:4] == ["source_row", "id", "text", "account"]
+    assert book["review"].max_row == 1
+
+
+def test_a_workbook_that_is_not_a_corrections_file_is_one_clear_error(ledger, tmp_path):
+    """A file named .xlsx that is not a workbook, a workbook without the id and account columns,
+    and a sheet with two columns of one name each stop the run with the file and what is wrong."""
+    spec, records = ledger
+    (tmp_path / "broken.xlsx").write_text("entry_id,account\nE00001,4210\n")
+    with pytest.raises(DataError, match=r"broken\.xlsx: not a readable corrections file"):
+        apply_in(tmp_path, records, [tmp_path / "broken.xlsx"], spec)
+
+    book = openpyxl.Workbook()
+    book.active.title = "Notes"
+    book.active.append(["entry", "account"])
+    book.active.append(["E00001", "4210"])
+    book.save(tmp_path / "notes.xlsx")
+    with pytest.raises(
+        DataError, match=r"notes\.xlsx \[Notes\]: a corrections file needs .* missing: id$"
+    ):
+        apply_in(tmp_path, records, [tmp_path / "notes.xlsx"], spec)
+
+    book = openpyxl.Workbook()
+    book.active.append(["entry_id", "account", "account"])
+    book.save(tmp_path / "twice.xlsx")
+    with pytest.raises(
+        DataError, match=r"twice\.xlsx: sheet 'Sheet' has two columns named account"
+    ):
+        apply_in(tmp_path, records, [tmp_path / "twice.xlsx"], spec)
+
+    book = openpyxl.Workbook()
+    book.save(tmp_path / "blank.xlsx")
+    with pytest.raises(DataError, match=r"blank\.xlsx: no sheet of the workbook has a header row"):
+        apply_in(tmp_path, records, [tmp_path / "blank.xlsx"], spec)
