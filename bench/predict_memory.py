@@ -19,7 +19,11 @@ Jobs, one after the other, each its own process (peak: its own high-water mark, 
   shard's real output repeated (appended a chunk at a time by the shard's own writer), so that
   the share of rows to review, which the gather sorts, is the candidate's own;
 * review_csv: the rest of the gather job, `write_review_csv` of the gathered rows to review (the
-  copy for spreadsheets), in a process of its own so that its cost is its own.
+  copy for spreadsheets), in a process of its own so that its cost is its own;
+* review_xlsx: the same rows written as an Excel workbook instead (`write_review_workbook`,
+  `predict.review_format: xlsx`);
+* read_csv, read_xlsx: each copy read back as the `correct` stage reads a corrections file
+  (`read_corrections`), the account column left empty.
 
 `--candidate baseline` scores the shard's chunk with the baseline (TF-IDF) instead of the shipped
 candidate: seconds instead of minutes a chunk on two cores, through the same reading and writing.
@@ -42,7 +46,7 @@ import polars as pl
 from peak_memory import own_peak_rss_mb
 
 REPO = Path(__file__).resolve().parents[1]
-JOBS = ("ingest", "shard", "gather", "review_csv")
+JOBS = ("ingest", "shard", "gather", "review_csv", "review_xlsx", "read_csv", "read_xlsx")
 
 
 def settings_of(config_file: Path) -> dict[str, Any]:
@@ -123,6 +127,25 @@ def run_job(job: str, spec: dict[str, Any]) -> dict[str, Any]:
         separator = PredictSettings.of(settings["predict"]).review_csv_separator
         write_review_csv(gathered.review, gathered.review.with_suffix(".csv"), separator)
         rows = parquet_rows(gathered.review)
+    elif job == "review_xlsx":
+        from account_tax.data.features import LABEL_MAP
+        from account_tax.evaluation.prediction_parts import PredictSettings, write_review_workbook
+        from account_tax.io import parquet_rows
+        from account_tax.notebook import stage_folder
+
+        gathered = part_paths(scratch / "gathered")
+        write_review_workbook(
+            gathered.review,
+            gathered.review.with_suffix(".xlsx"),
+            stage_folder("train", work) / "model" / LABEL_MAP,
+            PredictSettings.of(settings["predict"]).chunk_rows,
+        )
+        rows = parquet_rows(gathered.review)
+    elif job in ("read_csv", "read_xlsx"):
+        from account_tax.data.corrections import read_corrections
+
+        copy = part_paths(scratch / "gathered").review.with_suffix(f".{job.removeprefix('read_')}")
+        rows = read_corrections([copy], data).height
     else:
         from account_tax.evaluation.prediction_parts import PredictSettings, gather_parts
 
