@@ -21,6 +21,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import xlsxwriter
 
+from account_tax.data.features import postable_mask
 from account_tax.data.spec import CONFIDENCE
 from account_tax.io import (
     parquet_rows,
@@ -207,7 +208,7 @@ def write_review_workbook(review: Path, target: Path, label_map: Path, batch_row
             codes,
             mapping.get("names") or unknown,
             mapping.get("descriptions") or unknown,
-            mapping.get("postable") or [True] * len(codes),
+            postable_mask(label_map),
             strict=True,
         )
         if postable
