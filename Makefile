@@ -18,8 +18,10 @@ export TOKENIZERS_PARALLELISM := false
 export XDG_CACHE_HOME ?= $(abspath .cache)
 
 # What `make test` needs beside Python packages: SLURM and munge (a local test cluster), Chromium
-# (the report in a real browser), Apptainer's runtime and debootstrap (images). Debian names.
+# (the report in a real browser), LibreOffice Calc and its Python bridge (a reviewer's
+# spreadsheet), Apptainer's runtime and debootstrap (images). Debian names.
 SYSTEM_PACKAGES := slurmctld slurmd slurm-client munge chromium \
+	libreoffice-calc-nogui python3-uno \
 	squashfs-tools squashfuse fuse2fs uidmap debootstrap
 
 .PHONY: run test test-fast lint format bench system-packages

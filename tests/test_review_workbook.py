@@ -1,14 +1,22 @@
 """The rows to review as an Excel workbook (`predict.review_format: xlsx`): written so that a
 spreadsheet keeps ids, accounts, dates and amounts as they were, filled in and saved as a
-spreadsheet saves it, and read back as a corrections file."""
+spreadsheet saves it (openpyxl, and a reviewer typing in LibreOffice Calc), and read back as a
+corrections file."""
 
+import contextlib
 import dataclasses
 import json
+import os
+import shutil
+import signal
+import subprocess
 from datetime import datetime
+from pathlib import Path
 
 import openpyxl
 import polars as pl
 import pytest
+from missing_tools import unavailable
 from reviewed_ledger import apply_in, clean_ledger, review_file
 from sample_ledger import ledger_row
 
@@ -260,3 +268,112 @@ def test_a_workbook_that_is_not_a_corrections_file_is_one_clear_error(ledger, tm
     book.save(tmp_path / "blank.xlsx")
     with pytest.raises(DataError, match=r"blank\.xlsx: no sheet of the workbook has a header row"):
         apply_in(tmp_path, records, [tmp_path / "blank.xlsx"], spec)
+
+
+DEBIAN_PYTHON = Path("/usr/bin/python3")
+
+
+def libreoffice_python() -> Path:
+    """Debian's Python with LibreOffice's `uno` module, beside LibreOffice Calc."""
+    usable = (
+        shutil.which("soffice")
+        and DEBIAN_PYTHON.is_file()
+        and subprocess.run([DEBIAN_PYTHON, "-c", "import uno"], capture_output=True).returncode == 0
+    )
+    if not usable:
+        unavailable(
+            "LibreOffice Calc and its Python bridge are not installed",
+            "make system-packages (as root)",
+        )
+    return DEBIAN_PYTHON
+
+
+def review_in_libreoffice(python, workbook, reviewed, typed, tries=3):
+    """`tests/libreoffice_reviewer.py`: `typed` typed into `workbook`, saved as `reviewed`, in a
+    process group of its own, ended after each run with whatever LibreOffice left. Headless
+    LibreOffice 7.4 now and then crashes in its own event loop as text is entered ("Fatal
+    exception: Signal 6") or stops answering, when the machine is busy (a run in 20 beside a test
+    run here, none in 20 quiet): such a run is run again, in a new profile, up to `tries`
+    times. Any other failure fails at once."""
+    for attempt in range(1, tries + 1):
+        run = subprocess.Popen(
+            [
+                python,
+                Path(__file__).parent / "libreoffice_reviewer.py",
+                workbook,
+                reviewed,
+                typed,
+                reviewed.parent / f"libreoffice-profile-{attempt}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            _, errors = run.communicate(timeout=180)
+            lost = "Fatal exception: Signal" in errors
+        except subprocess.TimeoutExpired:
+            errors, lost = "LibreOffice gave no answer in 180 s", True
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+        if run.returncode == 0:
+            return
+        if not lost or attempt == tries:
+            pytest.fail(f"LibreOffice reviewer failed:\n{errors[-4000:]}")
+
+
+def test_a_reviewer_in_libreoffice_types_an_account_that_stays_as_typed(ledger, tmp_path):
+    """The workbook in a real spreadsheet, LibreOffice Calc: a reviewer types 0420, 4210 and 1800
+    into the account column, a review time into a column of their own, and 0420 once more into a
+    column the workbook left unformatted, then saves it as .xlsx. The account column keeps 0420
+    as text where the unformatted cell made it the number 420, and the saved workbook corrects:
+    the new records join the ledger as written (an id of 20 digits, an id with leading zeros, a
+    German amount, a memo that starts like a formula), the reviewed time orders nothing away, and
+    every suggestion makes the track record."""
+    python = libreoffice_python()
+    spec, records = ledger
+    spec = dataclasses.replace(spec, number_format="1.234,5")
+    rows = [
+        ledger_row(500, entry_id="00500", amount="1.234,56", memo='=HYPERLINK("x","y")'),
+        ledger_row(1),
+        ledger_row(501, entry_id="12345678901234567890", amount="89,90", vendor="Müller GmbH"),
+    ]
+    review_rows(rows).write_parquet(tmp_path / "new.review.parquet")
+    write_review_workbook(
+        tmp_path / "new.review.parquet",
+        tmp_path / "new.review.xlsx",
+        label_map(tmp_path / "label_map.json"),
+        64,
+    )
+    typed = [
+        ["review", 2, "account", "0420"],
+        ["review", 3, "account", "4210"],
+        ["review", 4, "account", "1800"],
+        ["review", 2, "reviewed_at", "2026-11-30 14:30"],
+        ["review", 2, "typed_where_not_formatted", "0420"],
+    ]
+    (tmp_path / "typed.json").write_text(json.dumps(typed))
+    review_in_libreoffice(
+        python, tmp_path / "new.review.xlsx", tmp_path / "reviewed.xlsx", tmp_path / "typed.json"
+    )
+
+    sheet = openpyxl.load_workbook(tmp_path / "reviewed.xlsx")["review"]
+    header = [cell.value for cell in sheet[1]]
+    typed_account = sheet.cell(2, header.index("account") + 1)
+    assert (typed_account.value, typed_account.data_type) == ("0420", "s")
+    assert sheet.cell(2, header.index("typed_where_not_formatted") + 1).value == 420
+    counts = apply_in(tmp_path, records, [tmp_path / "reviewed.xlsx"], spec)
+
+    assert (counts.rows_in, counts.applied, counts.added, counts.rejected) == (3, 1, 2, 0)
+    corrected = pl.read_parquet(tmp_path / "corrected.parquet")
+    joined = corrected.filter(pl.col("label_source") == "correction").sort("entry_id")
+    assert joined.select("entry_id", "account", "amount", "memo", "vendor").rows() == [
+        ("00500", "0420", 1234.56, '=hyperlink("x","y")', "acme gmbh"),
+        ("12345678901234567890", "1800", 89.9, "office chairs invoice 501", "müller gmbh"),
+        ("E00001", "4210", 11.0, "office supplies no 1", "acme gmbh"),
+    ]
+    track = pl.read_parquet(tmp_path / "track_record.parquet")
+    assert track.height == 3 and set(track["predicted_label"]) == {"4930"}
