@@ -26,8 +26,8 @@ import torch
 import yaml
 
 from account_tax.backtest.replay import NEW_RECORDS, trained_model
-from account_tax.data.features import LABEL_MAP
-from account_tax.data.serialize import TEXT, read_labels
+from account_tax.data.label_map import LABEL_MAP, LabelMap
+from account_tax.data.serialize import TEXT
 from account_tax.evaluation.bootstrap import ClassTotals, ScoredRows, paired_bootstrap
 from account_tax.evaluation.metrics import TOP_K
 from account_tax.training.inference import load_classifier, score_texts
@@ -160,7 +160,7 @@ def main() -> None:
         set().union(
             *(truth for _, truth, _ in periods.values()),
             *(
-                read_labels(model / LABEL_MAP)
+                LabelMap.read(model / LABEL_MAP).labels
                 for chain in chains.values()
                 for *_, models in chain.values()
                 for model in models.values()

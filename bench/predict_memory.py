@@ -128,7 +128,7 @@ def run_job(job: str, spec: dict[str, Any]) -> dict[str, Any]:
         write_review_csv(gathered.review, gathered.review.with_suffix(".csv"), separator)
         rows = parquet_rows(gathered.review)
     elif job == "review_xlsx":
-        from account_tax.data.features import LABEL_MAP
+        from account_tax.data.label_map import LABEL_MAP
         from account_tax.evaluation.prediction_parts import PredictSettings, write_review_workbook
         from account_tax.io import parquet_rows
         from account_tax.notebook import stage_folder

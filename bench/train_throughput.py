@@ -222,6 +222,7 @@ def run_ours(
 ) -> dict:
     import torch
 
+    from account_tax.data.label_map import LabelMap
     from account_tax.training import loop as training
     from account_tax.training.batching import TokenizedSplit
     from account_tax.training.loop import TrainPaths, train
@@ -258,7 +259,7 @@ def run_ours(
     history = [json.loads(line) for line in paths.history.read_text().splitlines()]
     # The plan gives the padded size of every batch, which the history does not record.
     tokenizer = load_tokenizer(resolve_model_dir(settings.model))
-    labels = json.loads(paths.label_map.read_text())["labels"]
+    labels = LabelMap.read(paths.label_map).labels
     lengths = TokenizedSplit.read(paths.train, tokenizer, settings.max_length, len(labels)).lengths
     plan = step_plan(lengths, settings)
     plan_matches = len(plan) == len(history) and all(
@@ -297,6 +298,7 @@ def run_hf(spec: dict[str, Any], case_dir: Path, scratch: Path, group_by_length:
         set_seed,
     )
 
+    from account_tax.data.label_map import LABEL_MAP, LabelMap
     from account_tax.training.batching import TokenizedSplit
     from account_tax.training.loss import class_weights, forward_loss, label_counts
     from account_tax.training.model import (
@@ -309,7 +311,7 @@ def run_hf(spec: dict[str, Any], case_dir: Path, scratch: Path, group_by_length:
     settings = settings_for(spec, group_by_length)
     ds_config = json.loads(DEEPSPEED_CONFIG.read_text())
     adam = ds_config["optimizer"]["params"]
-    labels = json.loads((case_dir / "label_map.json").read_text())["labels"]
+    labels = LabelMap.read(case_dir / LABEL_MAP).labels
     model_dir = resolve_model_dir(settings.model)
     tokenizer = load_tokenizer(model_dir)
     split = TokenizedSplit.read(

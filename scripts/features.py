@@ -2,11 +2,11 @@
 the label map with a stable id for every class, including classes without samples, and each
 class's name, description and parent from the chart of accounts."""
 
-import json
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.data.features import LABEL_MAP, FeatureSettings, build_features
+from account_tax.data.features import FeatureSettings, build_features
+from account_tax.data.label_map import LABEL_MAP, LabelMap
 from account_tax.data.plots import plot_class_distribution
 from account_tax.data.spec import DataSpec
 from account_tax.stage_log import log_stage
@@ -26,15 +26,15 @@ def main() -> None:
     options = FeatureSettings.of(args.settings["features"])
     previous = None
     if args.init_model:
-        previous = json.loads((args.init_model / LABEL_MAP).read_text(encoding="utf-8"))
+        previous = LabelMap.read(args.init_model / LABEL_MAP)
     mapping = build_features(args.input, spec, options, args.output, args.label_map, previous)
-    plot_class_distribution(mapping["counts"], args.plot, "Classes after cleaning")
-    counts = mapping["counts"].values()
+    plot_class_distribution(mapping.counts, args.plot, "Classes after cleaning")
+    counts = mapping.counts.values()
     metrics = {
         "classes": len(counts),
         "classes_without_samples": sum(1 for n in counts if n == 0),
-        "classes_named": sum(1 for name in mapping["names"] if name is not None),
-        "classes_with_parent": sum(1 for parent in mapping["parents"] if parent is not None),
+        "classes_named": sum(1 for name in mapping.names if name is not None),
+        "classes_with_parent": sum(1 for parent in mapping.parents if parent is not None),
     }
     log_stage(args.tracking, "features", metrics, [args.label_map, args.plot])
 

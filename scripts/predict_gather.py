@@ -7,7 +7,7 @@ log the counts."""
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.data.features import LABEL_MAP
+from account_tax.data.label_map import LABEL_MAP
 from account_tax.evaluation.prediction_parts import (
     PredictPaths,
     PredictSettings,

@@ -15,6 +15,7 @@ from account_tax.data.features import (
     signed_magnitude,
 )
 from account_tax.data.ingest import ingest
+from account_tax.data.label_map import LabelMap
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
 from account_tax.settings import load_settings
@@ -44,7 +45,7 @@ def built(tmp_path):
     spec = DataSpec.from_config(config)
     out, label_map = tmp_path / "features.parquet", tmp_path / "label_map.json"
     mapping = build_features(source, spec, FeatureSettings.of(config["features"]), out, label_map)
-    return pl.read_parquet(out), mapping, json.loads(label_map.read_text())
+    return pl.read_parquet(out), mapping, LabelMap.read(label_map)
 
 
 def test_date_parts(built):
@@ -103,9 +104,9 @@ def test_masking_a_non_text_column_is_refused(tmp_path):
 def test_label_map_lists_every_class_in_config_order_with_zero_counts(built):
     _, mapping, on_disk = built
     assert on_disk == mapping
-    assert mapping["labels"] == ["4210", "4930", "4970", "1800"]
-    assert mapping["counts"] == {"4210": 1, "4930": 2, "4970": 1, "1800": 0}
-    assert mapping["label_column"] == "account"
+    assert mapping.labels == ["4210", "4930", "4970", "1800"]
+    assert mapping.counts == {"4210": 1, "4930": 2, "4970": 1, "1800": 0}
+    assert mapping.label_column == "account"
 
 
 def test_label_map_from_data_is_sorted(tmp_path):
@@ -119,7 +120,7 @@ def test_label_map_from_data_is_sorted(tmp_path):
         tmp_path / "f.parquet",
         tmp_path / "m.json",
     )
-    assert mapping["labels"] == ["4210", "4930", "4970"]
+    assert mapping.labels == ["4210", "4930", "4970"]
 
 
 def test_classes_from_a_file(tmp_path):
@@ -136,8 +137,8 @@ def test_duplicate_classes_are_refused(tmp_path):
 
 def test_label_map_without_a_chart_knows_no_names_descriptions_or_parents(built):
     _, mapping, _ = built
-    assert mapping["names"] == mapping["descriptions"] == mapping["parents"] == [None] * 4
-    assert mapping["postable"] == [True] * 4
+    assert mapping.names == mapping.descriptions == mapping.parents == [None] * 4
+    assert mapping.postable == [True] * 4
 
 
 def test_label_map_takes_names_descriptions_and_parents_from_a_chart(tmp_path):
@@ -163,13 +164,13 @@ def test_label_map_takes_names_descriptions_and_parents_from_a_chart(tmp_path):
         tmp_path / "f.parquet",
         tmp_path / "m.json",
     )
-    assert mapping["labels"] == ["4000", "4930", "4210", "4970", "1800"]
-    assert mapping["counts"] == {"4000": 0, "4930": 2, "4210": 1, "4970": 1, "1800": 0}
-    assert mapping["names"] == ["Expenses", "Office supplies", "Rent", None, "Bank"]
-    assert mapping["descriptions"] == [None] * 5
-    assert mapping["parents"] == [None, "4000", "4000", "4000", None]
+    assert mapping.labels == ["4000", "4930", "4210", "4970", "1800"]
+    assert mapping.counts == {"4000": 0, "4930": 2, "4210": 1, "4970": 1, "1800": 0}
+    assert mapping.names == ["Expenses", "Office supplies", "Rent", None, "Bank"]
+    assert mapping.descriptions == [None] * 5
+    assert mapping.parents == [None, "4000", "4000", "4000", None]
     # The group takes no postings; the leaves (and the parentless bank account) do.
-    assert mapping["postable"] == [False, True, True, True, True]
+    assert mapping.postable == [False, True, True, True, True]
 
 
 def test_class_names_from_labels_fill_what_the_chart_leaves_unnamed(tmp_path):
@@ -198,7 +199,7 @@ def test_class_names_from_labels_fill_what_the_chart_leaves_unnamed(tmp_path):
         tmp_path / "f.parquet",
         tmp_path / "m.json",
     )
-    assert mapping["names"] == [
+    assert mapping.names == [
         "Accounts Payable Current",
         "Reclassifications out of AOCI",
         "Rent",
@@ -214,12 +215,12 @@ def test_the_bundled_default_names_its_classes_from_the_standard_tags(tmp_path):
     clean(records, spec, cleaned, tmp_path / "rejects.parquet", CleanSettings.of(config["clean"]))
     options = FeatureSettings.of(config["features"])
     mapping = build_features(cleaned, spec, options, tmp_path / "f.parquet", tmp_path / "m.json")
-    names = dict(zip(mapping["labels"], mapping["names"], strict=True))
+    names = dict(zip(mapping.labels, mapping.names, strict=True))
     assert names["AccumulatedOtherComprehensiveIncome"] == "Accumulated Other Comprehensive Income"
     assert names["AOCIReclassifications"] == "AOCI Reclassifications"
     assert names["TradePayables"] == "Trade Payables"
     assert None not in names.values()
-    assert mapping["parents"] == mapping["descriptions"] == [None] * len(names)
+    assert mapping.parents == mapping.descriptions == [None] * len(names)
 
 
 def test_a_warm_start_keeps_the_old_models_label_ids_and_numbers_new_classes_after(tmp_path):
@@ -240,23 +241,30 @@ def test_a_warm_start_keeps_the_old_models_label_ids_and_numbers_new_classes_aft
         classes=str(chart),
         chart_columns={"code": "account", "name": "title"},
     )
-    previous = {
-        "labels": ["4930", "9999", "4210"],
-        "names": ["Office", "Closed account", "Rent"],
-        "descriptions": [None, "no longer used", None],
-        "parents": [None, None, None],
-    }
+    old_map = tmp_path / "old_label_map.json"
+    old_map.write_text(
+        json.dumps(
+            {
+                "label_column": "account",
+                "labels": ["4930", "9999", "4210"],
+                "counts": {"4930": 5, "9999": 1, "4210": 3},
+                "names": ["Office", "Closed account", "Rent"],
+                "descriptions": [None, "no longer used", None],
+                "parents": [None, None, None],
+            }
+        )
+    )
     mapping = build_features(
         source,
         DataSpec.from_config(config),
         FeatureSettings.of(),
         tmp_path / "f.parquet",
         tmp_path / "m.json",
-        previous,
+        LabelMap.read(old_map),
     )
-    assert mapping["labels"] == ["4930", "9999", "4210", "1800", "4970", "6000"]
-    assert mapping["names"] == ["Office supplies", "Closed account", "Rent", "Bank", "Fees", "New"]
-    assert mapping["descriptions"][1] == "no longer used"
-    assert mapping["counts"] == {"4930": 2, "9999": 0, "4210": 1, "1800": 0, "4970": 1, "6000": 0}
+    assert mapping.labels == ["4930", "9999", "4210", "1800", "4970", "6000"]
+    assert mapping.names == ["Office supplies", "Closed account", "Rent", "Bank", "Fees", "New"]
+    assert mapping.descriptions[1] == "no longer used"
+    assert mapping.counts == {"4930": 2, "9999": 0, "4210": 1, "1800": 0, "4970": 1, "6000": 0}
     # A label map from before `postable` existed: every account takes postings.
-    assert mapping["postable"] == [True] * 6
+    assert mapping.postable == [True] * 6

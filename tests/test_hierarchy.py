@@ -1,11 +1,9 @@
 """Scores per level of the chart of accounts, on a hand-made three-level chart."""
 
-import json
-
 import numpy as np
 import pytest
 
-from account_tax.evaluation.hierarchy import ancestor_table, hierarchy_metrics, read_parents
+from account_tax.evaluation.hierarchy import ancestor_table, hierarchy_metrics
 from account_tax.evaluation.metrics import classification_metrics
 
 # Assets A > A1 > {A11, A12}; expenses E > {E1 > {E11, E12}, E2 > E21, E3}; X alone at the top.
@@ -102,16 +100,6 @@ def test_no_rows_and_no_errors_leave_the_scores_and_share_undefined():
     perfect = hierarchy_metrics(*scored(ROWS[:1]), LABELS, PARENTS)
     assert perfect["errors"] == 0
     assert perfect["right_parent_share"] is None
-
-
-def test_parents_are_read_from_a_label_map_that_has_any(tmp_path):
-    path = tmp_path / "label_map.json"
-    path.write_text(json.dumps({"labels": LABELS, "parents": PARENTS}))
-    assert read_parents(path) == PARENTS
-    path.write_text(json.dumps({"labels": ["a", "b"], "parents": [None, None]}))
-    assert read_parents(path) is None
-    path.write_text(json.dumps({"labels": ["a", "b"], "counts": {"a": 1, "b": 2}}))
-    assert read_parents(path) is None
 
 
 def test_a_cycle_in_a_hand_edited_label_map_is_refused():

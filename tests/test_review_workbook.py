@@ -37,7 +37,7 @@ def label_map(path, postable=None):
     mapping = {
         "label_column": "account",
         "labels": CLASSES,
-        "counts": [30, 18, 10, 2, 0, 0],
+        "counts": dict(zip(CLASSES, [30, 18, 10, 2, 0, 0], strict=True)),
         "names": ["Bürobedarf", "Miete", "Erlöse", "Bank", None, "Fahrzeuge"],
         "descriptions": [None] * len(CLASSES),
     }

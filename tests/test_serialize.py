@@ -25,8 +25,14 @@ def split_file(tmp_path):
         }
     ).write_parquet(path)
     label_map = tmp_path / "label_map.json"
-    label_map.write_text(json.dumps({"labels": ["4210", "4930", "1800"]}))
+    write_label_map(label_map, ["4210", "4930", "1800"])
     return path, label_map
+
+
+def write_label_map(path, labels, **fields):
+    """A label map as features writes it: the ledger's account column, one row of each class."""
+    mapping = {"label_column": "account", "labels": labels, "counts": dict.fromkeys(labels, 1)}
+    path.write_text(json.dumps(mapping | fields))
 
 
 def run(tmp_path, split_file, options, spec=None):
@@ -82,7 +88,7 @@ def test_unknown_field_names_the_file_and_column(tmp_path, split_file):
 
 def test_label_missing_from_label_map_names_the_row(tmp_path, split_file):
     _, label_map = split_file
-    label_map.write_text(json.dumps({"labels": ["4930"]}))
+    write_label_map(label_map, ["4930"])
     with pytest.raises(DataError, match=r"missing from .*label_map\.json: row 2 \('4210'\)"):
         run(tmp_path, split_file, {"fields": [{"column": "memo"}]})
 
@@ -100,15 +106,12 @@ def test_class_texts_add_one_record_per_named_account_that_takes_postings(tmp_pa
     """Named, postable accounts become records of their own; a group (not postable) and an
     account without a name do not."""
     path, label_map = split_file
-    label_map.write_text(
-        json.dumps(
-            {
-                "labels": ["4210", "4930", "1800", "4000"],
-                "names": ["Rent", "Office supplies", None, "Expenses"],
-                "descriptions": [None, "chairs, desks, paper", None, None],
-                "postable": [True, True, True, False],
-            }
-        )
+    write_label_map(
+        label_map,
+        ["4210", "4930", "1800", "4000"],
+        names=["Rent", "Office supplies", None, "Expenses"],
+        descriptions=[None, "chairs, desks, paper", None, None],
+        postable=[True, True, True, False],
     )
     spec = DataSpec.from_config(ledger_config(tmp_path / "x.csv"))
     options = SerializeSettings.of({"fields": [{"column": "memo"}]})

@@ -1083,6 +1083,8 @@ def test_registered_model_loads_and_gives_predicts_output_on_the_test_split(trai
     model = mlflow.pyfunc.load_model("models:/account-tax@candidate")
     # The request's columns in the metadata, the answer's in the signature (see registry.py).
     columns = model.metadata.metadata["input_columns"]
+    labels = json.loads((workdir / "results/features/label_map.json").read_text())["labels"]
+    assert model.metadata.metadata["labels"] == len(labels)
     assert columns["account"] == {"type": "string", "required": False}
     assert {c["required"] for name, c in columns.items() if name != "account"} == {True}
     assert model.metadata.get_input_schema() is None

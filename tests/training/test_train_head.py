@@ -2,13 +2,14 @@
 training rows get no gradient and end as their text embedded by the trained model."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from account_tax.data.features import class_texts
+from account_tax.data.label_map import LabelMap
 from account_tax.training.classifier import hold_rows, pool
 from account_tax.training.head_init import (
     embed_texts,
@@ -25,21 +26,14 @@ LABELS = ["office", "travel", "rent", "unused"]
 TEXTS = ["office supplies: paper and toner", "travel: flights and hotels", "rent", "bank fees"]
 
 
-def test_class_texts_join_name_and_description_and_fall_back_to_the_code():
-    label_map = {
-        "labels": ["4400", "6300", "1200"],
-        "names": ["Revenue", None, "Bank"],
-        "descriptions": ["Sales of goods", None, None],
-    }
-    assert class_texts(label_map) == ["Revenue: Sales of goods", "6300", "Bank"]
-    assert class_texts({"labels": ["a", "b"]}) == ["a", "b"]
+def one_class_map(name: str | None) -> LabelMap:
+    return LabelMap("account", ["a"], {"a": 1}, [name], [None], [None], [True])
 
 
 def test_auto_starts_from_the_class_texts_only_where_classes_have_names():
-    assert resolve_head_init("auto", {"labels": ["a"], "names": ["Cash"]}) == "label_text"
-    assert resolve_head_init("auto", {"labels": ["a"], "names": [None]}) == "random"
-    assert resolve_head_init("auto", {"labels": ["a"]}) == "random"
-    assert resolve_head_init("random", {"labels": ["a"], "names": ["Cash"]}) == "random"
+    assert resolve_head_init("auto", one_class_map("Cash")) == "label_text"
+    assert resolve_head_init("auto", one_class_map(None)) == "random"
+    assert resolve_head_init("random", one_class_map("Cash")) == "random"
 
 
 @pytest.mark.parametrize("head", ["linear", "cosine"])
@@ -101,11 +95,12 @@ def test_a_class_without_training_rows_is_represented_by_its_text_after_training
     """The ledger's class `unused` has no rows; named `bank fees`, a record reading `bank fees`
     is predicted as it by the cosine head, whose rows are all on one scale."""
     folder = request.getfixturevalue(model_name)
-    label_map = json.loads(ledger["label_map"].read_text(encoding="utf-8"))
-    label_map["names"] = ["office supplies", "travel", "software", "rent", "bank fees"]
-    label_map["descriptions"] = [None] * 5
+    label_map = replace(
+        LabelMap.read(ledger["label_map"]),
+        names=["office supplies", "travel", "software", "rent", "bank fees"],
+    )
     named = tmp_path / "label_map.json"
-    named.write_text(json.dumps(label_map), encoding="utf-8")
+    label_map.write(named)
     settings = tiny_settings(
         folder,
         epochs=1,

@@ -2,7 +2,7 @@
 text as the trained model embeds them), their blend with the learned rows, or rows refitted on the
 stored vectors replace the learned rows when asked, or when they score higher on validation."""
 
-import json
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from account_tax.data.features import class_texts
+from account_tax.data.label_map import LabelMap
 from account_tax.data.serialize import class_text_records
 from account_tax.data.spec import CHART, LEDGER
 from account_tax.training.evidence import ACCOUNT, INDEX_DIR, EvidenceIndex
@@ -108,11 +108,12 @@ def test_the_exported_head_holds_the_chosen_rows(
     the train split holds it as a record (serialize.class_texts); with `best`, the rows scoring
     the highest validation macro-F1 are kept and the metrics report all four; whichever is
     kept, the exported head scores on validation what the metrics say."""
-    label_map = json.loads(ledger["label_map"].read_text(encoding="utf-8"))
-    label_map["names"] = ["office supplies", "travel", "software", "rent", "bank fees"]
-    label_map["descriptions"] = [None] * 5
+    label_map = replace(
+        LabelMap.read(ledger["label_map"]),
+        names=["office supplies", "travel", "software", "rent", "bank fees"],
+    )
     named = tmp_path / "label_map.json"
-    named.write_text(json.dumps(label_map), encoding="utf-8")
+    label_map.write(named)
     splits = ledger | {"label_map": named}
     if chart_records:
         train = pl.read_parquet(ledger["train"]).with_columns(label_source=pl.lit(LEDGER))
@@ -143,7 +144,7 @@ def test_the_exported_head_holds_the_chosen_rows(
     assert exported == pytest.approx(metrics["validation_macro_f1"], abs=1e-9)
     index = EvidenceIndex.read(tmp_path / "model" / INDEX_DIR).part("train")
     assert (index.records["label_source"] == CHART).sum() == (5 if chart_records else 0)
-    texts = embed_texts(text_classifier(model), tokenizer, class_texts(label_map), max_length=48)
+    texts = embed_texts(text_classifier(model), tokenizer, label_map.class_texts(), max_length=48)
     accounts = np.array(index.records[ACCOUNT].to_list())
     for label_id, label in enumerate(labels[:4]):
         records = (accounts == label) & (index.records["label_source"] != CHART).to_numpy()

@@ -25,6 +25,7 @@ import yaml
 
 from account_tax.backtest.periods import PERIOD, BacktestSettings, Variant, replayed_periods
 from account_tax.cpu_time import children_cpu_seconds
+from account_tax.data.label_map import LABEL_MAP, LabelMap
 from account_tax.data.serialize import TEXT
 from account_tax.data.spec import NOVEL, DataSpec
 from account_tax.errors import DataError
@@ -174,8 +175,7 @@ def train_cpu_minutes(workdir: Path) -> float:
 
 def trained_on(workdir: Path) -> set[str]:
     """The accounts with records in what the period's run trained on (ledger and corrections)."""
-    label_map = json.loads((workdir / "results/features/label_map.json").read_text("utf-8"))
-    return {label for label, count in label_map["counts"].items() if count > 0}
+    return LabelMap.read(workdir / "results/features" / LABEL_MAP).with_samples()
 
 
 def candidate_decisions(

@@ -1,26 +1,24 @@
 """Features: derived fields for the text the model reads, and the label map.
 
-The label map gives every class a stable id: the order of `data.classes` when the config lists
-them (so classes without samples get ids too), else the sorted labels seen in the data. Beside
-`labels` and `counts` it lists, in label-id order, each class's name, description and parent code
-(null where unknown) from the chart of accounts.
+The label map (`data/label_map.py`) gives every class a stable id: the order of `data.classes`
+when the config lists them (so classes without samples get ids too), else the sorted labels seen
+in the data.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from account_tax.data.ingest import camel_to_words
+from account_tax.data.label_map import LabelMap
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
-from account_tax.io import write_json, write_parquet
+from account_tax.io import write_parquet
 from account_tax.settings import SectionView
 
 log = logging.getLogger(__name__)
@@ -63,10 +61,6 @@ def signed_magnitude(column: pl.Expr) -> pl.Expr:
     )
 
 
-LABEL_MAP = "label_map.json"
-"""The label map's file name, beside the features and in every exported model's folder."""
-
-
 @dataclass(frozen=True)
 class FeatureSettings(SectionView):
     SECTION = "features"
@@ -93,9 +87,9 @@ def derived_columns(spec: DataSpec, options: FeatureSettings) -> list[pl.Expr]:
     return derived
 
 
-def label_map(
-    counts: dict[str, int], spec: DataSpec, previous: dict[str, Any] | None = None
-) -> dict[str, Any]:
+def make_label_map(
+    counts: dict[str, int], spec: DataSpec, previous: LabelMap | None = None
+) -> LabelMap:
     """Ids for every class; counts include classes with no samples (0). Per class, in label-id
     order, its name, description and parent from the chart, null where unknown, and whether it
     takes postings (see `Chart.postable`; true without a chart); a class the chart leaves
@@ -112,9 +106,8 @@ def label_map(
         raise DataError(f"labels not in data.classes reached features: {unknown[:10]}")
     said: dict[str, dict[str, Any]] = {}
     if previous is not None:
-        # A label map from before `postable` existed has every account take postings.
         for key in ("names", "descriptions", "parents", "postable"):
-            for label, value in zip(previous["labels"], previous.get(key) or [], strict=False):
+            for label, value in zip(previous.labels, getattr(previous, key), strict=True):
                 said.setdefault(label, {})[key] = value
     chart = spec.chart
     if chart:
@@ -127,23 +120,23 @@ def label_map(
             }
     labels = current
     if previous is not None:
-        kept = set(previous["labels"])
-        labels = [*previous["labels"], *(label for label in current if label not in kept)]
+        kept = set(previous.labels)
+        labels = [*previous.labels, *(label for label in current if label not in kept)]
     names = [said.get(label, {}).get("names") for label in labels]
     if spec.class_names_from_labels:
         # Split as ingest splits the concept names the default data's labels were taken from.
         words = pl.Series(labels, dtype=pl.String).str.replace_all("_", " ")
         derived = pl.select(camel_to_words(pl.lit(words))).to_series().to_list()
         names = [name or word for name, word in zip(names, derived, strict=True)]
-    return {
-        "label_column": spec.label,
-        "labels": labels,
-        "counts": {label: counts.get(label, 0) for label in labels},
-        "names": names,
-        "descriptions": [said.get(label, {}).get("descriptions") for label in labels],
-        "parents": [said.get(label, {}).get("parents") for label in labels],
-        "postable": [said.get(label, {}).get("postable", True) for label in labels],
-    }
+    return LabelMap(
+        label_column=spec.label,
+        labels=labels,
+        counts={label: counts.get(label, 0) for label in labels},
+        names=names,
+        descriptions=[said.get(label, {}).get("descriptions") for label in labels],
+        parents=[said.get(label, {}).get("parents") for label in labels],
+        postable=[said.get(label, {}).get("postable", True) for label in labels],
+    )
 
 
 def build_features(
@@ -152,40 +145,22 @@ def build_features(
     options: FeatureSettings,
     output: Path,
     label_map_path: Path,
-    previous: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    previous: LabelMap | None = None,
+) -> LabelMap:
     """Add derived fields to the clean records and write the label map (keeping the ids of
-    `previous`, see `label_map`); return the label map."""
+    `previous`, see `make_label_map`); return the label map."""
     frame = pl.scan_parquet(source)
     write_parquet(frame.with_columns(derived_columns(spec, options)), output)
     counts = dict(pl.scan_parquet(output).group_by(spec.label).len().collect().iter_rows())
     counts.pop(None, None)
-    mapping = label_map(counts, spec, previous)
-    write_json(label_map_path, mapping)
-    present = sum(1 for c in mapping["counts"].values() if c > 0)
+    mapping = make_label_map(counts, spec, previous)
+    mapping.write(label_map_path)
+    present = len(mapping.with_samples())
     log.info(
         "features: %d classes (%d with samples, %d without) -> %s",
-        len(mapping["labels"]),
+        len(mapping.labels),
         present,
-        len(mapping["labels"]) - present,
+        len(mapping.labels) - present,
         label_map_path,
     )
     return mapping
-
-
-def class_texts(label_map: dict[str, Any]) -> list[str]:
-    """`name: description`, the name alone, or, for a class the chart leaves unnamed, its code."""
-    codes = label_map["labels"]
-    names = label_map.get("names") or [None] * len(codes)
-    descriptions = label_map.get("descriptions") or [None] * len(codes)
-    return [
-        ": ".join(part for part in (name or code, description) if part)
-        for code, name, description in zip(codes, names, descriptions, strict=True)
-    ]
-
-
-def postable_mask(label_map_path: Path) -> np.ndarray:
-    """Per label id, whether the account takes postings (label maps from before this was
-    recorded: all do)."""
-    mapping = json.loads(label_map_path.read_text(encoding="utf-8"))
-    return np.array(mapping.get("postable") or [True] * len(mapping["labels"]), dtype=bool)

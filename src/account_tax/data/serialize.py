@@ -6,14 +6,13 @@ rather than written as empty.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from account_tax.data.features import class_texts
+from account_tax.data.label_map import LabelMap
 from account_tax.data.spec import CHART, LABEL_SOURCE, LEDGER, DataSpec
 from account_tax.errors import DataError
 from account_tax.io import require_columns, write_parquet
@@ -58,14 +57,12 @@ def text_expression(schema: pl.Schema, options: SerializeSettings) -> pl.Expr:
     return pl.concat_str(parts, separator=options.separator, ignore_nulls=True)
 
 
-def class_text_records(label_map: dict) -> pl.DataFrame:
+def class_text_records(label_map: LabelMap) -> pl.DataFrame:
     """One record per account that takes postings and has a name: its text as the head starts
     from it (see `serialize.class_texts`)."""
-    labels = label_map["labels"]
-    names = label_map.get("names") or [None] * len(labels)
-    postable = label_map.get("postable") or [True] * len(labels)
-    kept = [i for i in range(len(labels)) if names[i] and postable[i]]
-    texts = class_texts(label_map)
+    labels = label_map.labels
+    kept = [i for i in range(len(labels)) if label_map.names[i] and label_map.postable[i]]
+    texts = label_map.class_texts()
     return pl.DataFrame(
         {
             ID: [f"class:{labels[i]}" for i in kept],
@@ -94,8 +91,8 @@ def serialize(
         require_columns(schema.names(), fields, source)
     except DataError as error:
         raise DataError(f"{error} (named in serialize.fields)") from None
-    label_map = json.loads(label_map_path.read_text(encoding="utf-8"))
-    labels = label_map["labels"]
+    label_map = LabelMap.read(label_map_path)
+    labels = label_map.labels
     label_ids = {label: index for index, label in enumerate(labels)}
     id_column = spec.id or SOURCE_ROW
     serialized = frame.select(
@@ -123,10 +120,6 @@ def serialize(
     rows = pl.scan_parquet(output).select(pl.len()).collect().item()
     log.info("serialize: %d rows -> %s", rows, output)
     return rows
-
-
-def read_labels(path: Path) -> list[str]:
-    return json.loads(path.read_text(encoding="utf-8"))["labels"]
 
 
 def read_split(path: Path, num_labels: int) -> pl.DataFrame:

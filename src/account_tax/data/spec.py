@@ -33,7 +33,8 @@ class DataSpec:
     classes: tuple[str, ...] | None
     # The chart the classes come from (codes again, with names, descriptions and parents).
     chart: Chart | None
-    # Names for classes the chart leaves unnamed, from CamelCase labels (see features.label_map).
+    # Names for classes the chart leaves unnamed, from CamelCase labels
+    # (see features.make_label_map).
     class_names_from_labels: bool
     csv_separator: str
     encoding: str

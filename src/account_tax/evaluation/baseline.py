@@ -25,7 +25,8 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import SGDClassifier
 from sklearn.pipeline import FeatureUnion, Pipeline
 
-from account_tax.data.serialize import LABEL_ID, TEXT, read_labels, read_split
+from account_tax.data.label_map import LabelMap
+from account_tax.data.serialize import LABEL_ID, TEXT, read_split
 from account_tax.errors import DataError
 from account_tax.evaluation.evidence import build_baseline_index
 from account_tax.evaluation.metrics import TOP_K_ACCURACY, classification_metrics
@@ -140,7 +141,7 @@ def train_baseline(
     Returns the metrics report: `validation` and `test` (see `classification_metrics`),
     `train_seconds` (vectorizers and classifier), and what was trained on.
     """
-    labels = read_labels(paths.label_map)
+    labels = LabelMap.read(paths.label_map).labels
     train, validation, test = (
         read_split(path, len(labels)) for path in (paths.train, paths.validation, paths.test)
     )

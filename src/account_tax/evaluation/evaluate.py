@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 from sklearn.pipeline import Pipeline
 
-from account_tax.data.features import LABEL_MAP, class_texts, postable_mask
+from account_tax.data.label_map import LABEL_MAP, LabelMap
 from account_tax.data.serialize import LABEL_ID, TEXT, read_split
 from account_tax.data.split import SplitSettings
 from account_tax.evaluation.assessment import (
@@ -48,7 +48,7 @@ from account_tax.evaluation.evidence import (
     novelty_threshold,
     weighing_ngrams,
 )
-from account_tax.evaluation.hierarchy import hierarchy_metrics, read_parents
+from account_tax.evaluation.hierarchy import hierarchy_metrics
 from account_tax.evaluation.plots import (
     plot_baseline_comparison,
     plot_confusion_matrix,
@@ -164,12 +164,12 @@ def evaluate(
     evidence), the summary and the plots; log them into the workflow's MLflow run. Returns the
     metrics."""
     options = EvaluateSettings.of(settings["evaluate"])
-    label_map = json.loads((paths.model / LABEL_MAP).read_text(encoding="utf-8"))
-    labels = label_map["labels"]
+    label_map = LabelMap.read(paths.model / LABEL_MAP)
+    labels = label_map.labels
     splits = {name: read_split(getattr(paths, name), len(labels)) for name in SPLITS}
 
     pipeline = joblib.load(paths.baseline_model)
-    scores, weight, vectors = score_candidates(paths, pipeline, splits, len(labels), batch_size)
+    scores, weight, vectors = score_candidates(paths, pipeline, splits, label_map, batch_size)
     review, amounts = ReviewSettings.of(settings["review"]), row_amounts(paths, options)
     indexes = {
         MODEL: EvidenceIndex.read(paths.model / INDEX_DIR),
@@ -186,7 +186,7 @@ def evaluate(
         report["novelty"] = novelty[name]
     add_unseen_groups(reports, scores, labels, paths, SplitSettings.of(settings["split"]))
     unseen = add_unseen_classes(reports, scores, splits["test"], label_map, paths.train_records)
-    add_hierarchy(reports, scores, labels, paths.model)
+    add_hierarchy(reports, scores, label_map)
 
     comparison = compare(
         reports, scores, len(labels), resamples=options.bootstrap_resamples, seed=options.seed
@@ -249,7 +249,7 @@ def score_candidates(
     paths: EvaluatePaths,
     pipeline: Pipeline,
     splits: dict[str, pl.DataFrame],
-    num_labels: int,
+    label_map: LabelMap,
     batch_size: int,
 ) -> tuple[dict[str, dict[str, Scores]], float, dict[str, dict[str, Vectors]]]:
     """Logits and calibration temperature of the fine-tuned model, the baseline (its fitted
@@ -259,7 +259,7 @@ def score_candidates(
     model, tokenizer, _ = load_classifier(paths.model)
     max_length = read_training_info(paths.model)["settings"]["max_length"]
     temperature = model_temperature(paths.model)
-    postable = postable_mask(paths.model / LABEL_MAP)
+    postable = label_map.postable_mask()
     baseline = json.loads(paths.baseline_metrics.read_text(encoding="utf-8"))
     scores: dict[str, dict[str, Scores]] = {MODEL: {}, BASELINE: {}}
     vectors: dict[str, dict[str, Vectors]] = {MODEL: {}, BASELINE: {}}
@@ -269,7 +269,7 @@ def score_candidates(
         scores[MODEL][name] = Scores(logits, temperature, y_true, postable=postable)
         vectors[BASELINE][name] = baseline_features(pipeline, texts)
         scores[BASELINE][name] = Scores(
-            classifier_logits(pipeline, vectors[BASELINE][name], num_labels),
+            classifier_logits(pipeline, vectors[BASELINE][name], len(label_map.labels)),
             baseline["calibration"]["temperature"],
             y_true,
             postable=postable,
@@ -392,18 +392,18 @@ def add_unseen_groups(
         }
 
 
-def classes_without_training_rows(train_records: Path, label_map: dict) -> np.ndarray:
+def classes_without_training_rows(train_records: Path, label_map: LabelMap) -> np.ndarray:
     """Label ids of the classes with no row in the train split (held out, or never posted)."""
-    column = pl.read_parquet(train_records, columns=[label_map["label_column"]]).to_series()
+    column = pl.read_parquet(train_records, columns=[label_map.label_column]).to_series()
     trained = set(column.unique().to_list())
-    return np.array([i for i, code in enumerate(label_map["labels"]) if code not in trained])
+    return np.array([i for i, code in enumerate(label_map.labels) if code not in trained])
 
 
 def add_unseen_classes(
     reports: dict[str, dict[str, Any]],
     scores: dict[str, dict[str, Scores]],
     test: pl.DataFrame,
-    label_map: dict[str, Any],
+    label_map: LabelMap,
     train_records: Path,
 ) -> dict[str, Any] | None:
     """Classes with test rows but none in train (evaluate.holdout_classes, or a split by date or
@@ -419,8 +419,8 @@ def add_unseen_classes(
             **unseen_class_metrics(calibrated, truth, unseen),
             "seen_classes_macro_f1": seen_class_macro_f1(calibrated, truth, unseen),
         }
-    comparator = nearest_class_scores(class_texts(label_map), test[TEXT].to_list())
-    labels = label_map["labels"]
+    comparator = nearest_class_scores(label_map.class_texts(), test[TEXT].to_list())
+    labels = label_map.labels
     return {
         "classes": sorted(labels[i] for i in np.intersect1d(unseen, truth)),
         COMPARATOR: unseen_class_metrics(comparator, truth, unseen),
@@ -430,17 +430,16 @@ def add_unseen_classes(
 def add_hierarchy(
     reports: dict[str, dict[str, Any]],
     scores: dict[str, dict[str, Scores]],
-    labels: list[str],
-    model: Path,
+    label_map: LabelMap,
 ) -> None:
     """With a chart of parents: scores at each level of the chart and "right group, wrong
     account" (account_tax.evaluation.hierarchy)."""
-    parents = read_parents(model / LABEL_MAP)
+    parents = label_map.hierarchy()
     if parents is None:
         return
     for name, view in scores.items():
         reports[name]["hierarchy"] = {
-            split: hierarchy_metrics(s.y_true, s.calibrated, labels, parents)
+            split: hierarchy_metrics(s.y_true, s.calibrated, label_map.labels, parents)
             for split, s in view.items()
         }
 

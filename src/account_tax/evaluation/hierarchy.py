@@ -11,20 +11,11 @@ error on a top-level account (no parent) never counts as in the right group.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from account_tax.evaluation.metrics import classification_metrics
-
-
-def read_parents(label_map: Path) -> list[str | None] | None:
-    """The parent code of each class in label-id order, or None when no class has a parent (a
-    flat chart, or a label map written before it listed parents)."""
-    parents = json.loads(label_map.read_text(encoding="utf-8")).get("parents")
-    return parents if parents and any(p is not None for p in parents) else None
 
 
 def ancestor_table(labels: list[str], parents: list[str | None]) -> np.ndarray:

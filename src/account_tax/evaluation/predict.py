@@ -25,9 +25,10 @@ import scipy.sparse
 import torch
 
 from account_tax.data.clean import CleanSettings, usable_and_rejected
-from account_tax.data.features import LABEL_MAP, FeatureSettings, derived_columns, postable_mask
+from account_tax.data.features import FeatureSettings, derived_columns
 from account_tax.data.ingest import SOURCE_FILE_KEY, ingest
-from account_tax.data.serialize import ID, TEXT, SerializeSettings, read_labels, text_expression
+from account_tax.data.label_map import LABEL_MAP, LabelMap
+from account_tax.data.serialize import ID, TEXT, SerializeSettings, text_expression
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
 from account_tax.evaluation.assessment import BASELINE, MODEL, ensemble_logits, postable_only
@@ -170,8 +171,9 @@ class Candidate:
         baseline_evidence: Path | None = None,
         onnx_model: Path | None = None,
     ) -> None:
-        self.labels = read_labels(model_dir / LABEL_MAP)
-        self.postable = postable_mask(model_dir / LABEL_MAP)
+        label_map = LabelMap.read(model_dir / LABEL_MAP)
+        self.labels = label_map.labels
+        self.postable = label_map.postable_mask()
         self.shipped = shipped
         self.scorer = self.pipeline = None
         if shipped.candidate != BASELINE:

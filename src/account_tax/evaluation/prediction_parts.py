@@ -7,7 +7,6 @@ model.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import re
@@ -21,7 +20,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import xlsxwriter
 
-from account_tax.data.features import postable_mask
+from account_tax.data.label_map import LabelMap
 from account_tax.data.spec import CONFIDENCE
 from account_tax.io import (
     parquet_rows,
@@ -199,27 +198,21 @@ def write_review_workbook(review: Path, target: Path, label_map: Path, batch_row
     model's accounts that take postings, listed with their names on a sheet of their own
     (`accounts`), and warns of any other. Rows beyond a sheet's go on in `review 2` and so on.
     Filled in and saved, it is a corrections file as it stands (`data.corrections`)."""
-    mapping = json.loads(label_map.read_text(encoding="utf-8"))
-    codes = mapping["labels"]
-    unknown = [None] * len(codes)
+    mapping = LabelMap.read(label_map)
     accounts = [
         (code, name, description)
         for code, name, description, postable in zip(
-            codes,
-            mapping.get("names") or unknown,
-            mapping.get("descriptions") or unknown,
-            postable_mask(label_map),
-            strict=True,
+            mapping.labels, mapping.names, mapping.descriptions, mapping.postable, strict=True
         )
         if postable
     ]
     schema = pl.read_parquet_schema(review)
     text = [
-        name == mapping["label_column"] or dtype == pl.String or isinstance(dtype, pl.List)
+        name == mapping.label_column or dtype == pl.String or isinstance(dtype, pl.List)
         for name, dtype in schema.items()
     ]
     columns = list(schema)
-    label = columns.index(mapping["label_column"]) if mapping["label_column"] in columns else None
+    label = columns.index(mapping.label_column) if mapping.label_column in columns else None
     total, per_sheet = parquet_rows(review), EXCEL_ROWS - 1
 
     def write(path: Path) -> None:
@@ -245,7 +238,7 @@ def write_review_workbook(review: Path, target: Path, label_map: Path, batch_row
                     _write_cell(sheet, row, column, value, formats)
         listed = workbook.add_worksheet(ACCOUNTS_SHEET)
         listed.set_column(0, 2, 30, formats["text"])
-        for column, name in enumerate((mapping["label_column"], "name", "description")):
+        for column, name in enumerate((mapping.label_column, "name", "description")):
             listed.write_string(0, column, name, formats["header"])
         for row, values in enumerate(accounts, start=1):
             for column, value in enumerate(values):

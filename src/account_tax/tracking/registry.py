@@ -44,8 +44,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import BAD_REQUEST, INTERNAL_ERROR
 
 from account_tax.data.clean import REASON, written_number
-from account_tax.data.features import LABEL_MAP
-from account_tax.data.serialize import ID, read_labels
+from account_tax.data.label_map import LABEL_MAP, LabelMap
+from account_tax.data.serialize import ID
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
 from account_tax.evaluation.assessment import BASELINE, DECIDING_METRIC, MODEL
@@ -333,7 +333,7 @@ def save_prediction_model(
             metadata={
                 "base_model": info["base_model"],
                 "candidate": shipped.candidate,
-                "labels": len(json.loads((model_dir / LABEL_MAP).read_text(encoding="utf-8"))),
+                "labels": len(LabelMap.read(model_dir / LABEL_MAP).labels),
                 "input_columns": input_columns(spec),
             },
         )
@@ -538,7 +538,7 @@ def register(paths: RegisterPaths, settings: dict[str, Any], tracking: Path) -> 
                 options.champion_alias,
                 shipped,
                 test_predictions,
-                read_labels(paths.model / LABEL_MAP),
+                LabelMap.read(paths.model / LABEL_MAP).labels,
                 resamples=evaluate.bootstrap_resamples,
                 seed=evaluate.seed,
             )

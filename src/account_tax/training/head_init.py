@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import numpy as np
 import torch
@@ -14,16 +13,17 @@ import torch.nn.functional as F
 from peft import PeftModel
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
+from account_tax.data.label_map import LabelMap
 from account_tax.training.classifier import TextClassifier
 
 log = logging.getLogger(__name__)
 
 
-def resolve_head_init(requested: str, label_map: dict[str, Any]) -> str:
+def resolve_head_init(requested: str, label_map: LabelMap) -> str:
     """`auto`: from the class texts where the classes have names, random otherwise."""
     if requested != "auto":
         return requested
-    return "label_text" if any(label_map.get("names") or []) else "random"
+    return "label_text" if label_map.named else "random"
 
 
 @torch.no_grad()

@@ -14,8 +14,8 @@ import torch
 from peft import PeftModel
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
-from account_tax.data.features import LABEL_MAP
-from account_tax.data.serialize import LABEL_ID, TEXT, read_labels, read_split
+from account_tax.data.label_map import LABEL_MAP, LabelMap
+from account_tax.data.serialize import LABEL_ID, TEXT, read_split
 from account_tax.errors import DataError
 from account_tax.io import write_json
 from account_tax.training.batching import length_batches
@@ -52,7 +52,7 @@ def load_classifier(
     by default bf16 where the device computes it natively (see `precision.inference_dtype`)."""
     model_dir = Path(model_dir)
     dtype = dtype or inference_dtype(device)
-    labels = read_labels(model_dir / LABEL_MAP)
+    labels = LabelMap.read(model_dir / LABEL_MAP).labels
     tokenizer = load_tokenizer(model_dir)
     info = read_training_info(model_dir)
     head = info["settings"]["head"]

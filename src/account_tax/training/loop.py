@@ -33,7 +33,7 @@ from transformers import (
 
 from account_tax.code_hash import code_sha256
 from account_tax.cpu_time import process_cpu_seconds
-from account_tax.data.features import LABEL_MAP, class_texts
+from account_tax.data.label_map import LABEL_MAP, LabelMap
 from account_tax.data.serialize import read_split
 from account_tax.errors import DataError, writing
 from account_tax.io import sha256_file, write_json
@@ -455,7 +455,7 @@ class TrainingRun:
     dist: Distributed
     engine: Engine
     tokenizer: PreTrainedTokenizerBase
-    label_map: dict[str, Any]
+    label_map: LabelMap
     model_dir: Path
     train_split: TokenizedSplit
     validation_split: TokenizedSplit
@@ -480,8 +480,8 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
     to train with: a warm start's own (`warm_start_settings`)."""
     started = time.perf_counter()
     dist = init_distributed()
-    label_map = json.loads(paths.label_map.read_text(encoding="utf-8"))
-    labels = label_map["labels"]
+    label_map = LabelMap.read(paths.label_map)
+    labels = label_map.labels
     model_dir = resolve_model_dir(settings.model)
     tokenizer = load_tokenizer(model_dir)
     train_frame = read_split(paths.train, len(labels))
@@ -543,7 +543,7 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
         head_init = {"method": resolve_head_init(settings.head_init, label_map)}
     if head_init["method"] == "label_text":
         head_init["seconds"] = init_head_from_texts(
-            model, tokenizer, class_texts(label_map), settings.max_length
+            model, tokenizer, label_map.class_texts(), settings.max_length
         )
     unseen = counts == 0
     hold_rows(model.classifier, torch.from_numpy(unseen))
@@ -554,7 +554,7 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
         # New classes start from their text as the warm model embeds it.
         new_classes = np.arange(len(labels)) >= len(init.labels)
         embed_classes_without_rows(
-            model, tokenizer, class_texts(label_map), new_classes, settings.max_length
+            model, tokenizer, label_map.class_texts(), new_classes, settings.max_length
         )
         head_init["new_classes"] = int(new_classes.sum())
     warmup = round(settings.warmup_ratio * total_steps)
@@ -857,7 +857,7 @@ def seal_model(
     calibration (its temperature goes into `metrics`) and the manifest."""
     if run.head_init["method"] == "label_text":
         represent_unseen_classes(
-            paths.output_dir, class_texts(run.label_map), run.unseen, settings.max_length
+            paths.output_dir, run.label_map.class_texts(), run.unseen, settings.max_length
         )
     # The index holds the embeddings only, which the head's rows do not change.
     metrics |= build_model_index(
@@ -868,8 +868,7 @@ def seal_model(
         seed=settings.seed,
     )
     if settings.final_head != "learned" and settings.head == "cosine":
-        named = any(run.label_map.get("names") or [])
-        texts = class_texts(run.label_map) if named else None
+        texts = run.label_map.class_texts() if run.label_map.named else None
         choice = choose_final_head(
             paths.output_dir,
             settings.final_head,

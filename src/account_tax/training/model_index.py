@@ -17,8 +17,8 @@ import numpy as np
 import polars as pl
 import torch
 
-from account_tax.data.features import LABEL_MAP
-from account_tax.data.serialize import ID, TEXT, read_labels
+from account_tax.data.label_map import LABEL_MAP, LabelMap
+from account_tax.data.serialize import ID, TEXT
 from account_tax.training.evidence import (
     INDEX_DIR,
     RECORDS,
@@ -104,7 +104,7 @@ def build_model_index(
     started = time.perf_counter()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer, _ = load_classifier(model_dir, device)
-    records = indexed_records(splits, read_labels(model_dir / LABEL_MAP))
+    records = indexed_records(splits, LabelMap.read(model_dir / LABEL_MAP).labels)
     max_length = read_training_info(model_dir)["settings"]["max_length"]
     texts = records[TEXT].to_list()
 

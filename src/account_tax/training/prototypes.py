@@ -39,8 +39,7 @@ import torch.nn.functional as F
 from sklearn.metrics import accuracy_score, f1_score
 from transformers import PreTrainedTokenizerBase
 
-from account_tax.data.features import LABEL_MAP, postable_mask
-from account_tax.data.serialize import read_labels
+from account_tax.data.label_map import LABEL_MAP, LabelMap
 from account_tax.data.spec import CHART, LABEL_SOURCE
 from account_tax.training.classifier import CosineHead, hold_rows
 from account_tax.training.evidence import ACCOUNT, INDEX_DIR, EvidenceIndex
@@ -181,8 +180,9 @@ def choose_final_head(
     rows on validation, from the vectors of its evidence index, and keep the `requested` rows
     (`best`: the highest scoring) in the saved head."""
     started = time.perf_counter()
-    labels = read_labels(model_dir / LABEL_MAP)
-    postable = postable_mask(model_dir / LABEL_MAP)
+    label_map = LabelMap.read(model_dir / LABEL_MAP)
+    labels = label_map.labels
+    postable = label_map.postable_mask()
     index = EvidenceIndex.read(model_dir / INDEX_DIR)
     position = {label: i for i, label in enumerate(labels)}
     splits = {}

@@ -7,7 +7,6 @@ full rates would move every weight it touches."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,7 +17,7 @@ import torch
 from peft import PeftModel, get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file
 
-from account_tax.data.features import LABEL_MAP
+from account_tax.data.label_map import LABEL_MAP, LabelMap
 from account_tax.data.split import TRAINED_ROWS, read_trained_rows
 from account_tax.errors import DataError
 from account_tax.io import write_parquet
@@ -70,7 +69,7 @@ def read_init_model(folder: Path, settings: TrainSettings) -> InitModel:
             f"{folder}: trained with other {differs} than this run's; a warm start continues"
             " the same model (set train.init_from: none to train afresh)"
         )
-    labels = json.loads((folder / LABEL_MAP).read_text(encoding="utf-8"))["labels"]
+    labels = LabelMap.read(folder / LABEL_MAP).labels
     return InitModel(folder, labels, read_trained_rows(folder))
 
 
