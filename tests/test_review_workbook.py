@@ -260,7 +260,8 @@ def test_a_workbook_that_is_not_a_corrections_file_is_one_clear_error(ledger, tm
     book.active.append(["entry_id", "account", "account"])
     book.save(tmp_path / "twice.xlsx")
     with pytest.raises(
-        DataError, match=r"twice\.xlsx: sheet 'Sheet' has two columns named account"
+        DataError,
+        match=r"twice\.xlsx \[Sheet\]: column name\(s\) 'account' appear more than once",
     ):
         apply_in(tmp_path, records, [tmp_path / "twice.xlsx"], spec)
 

@@ -52,6 +52,20 @@ def require_columns(available: Iterable[str], required: Iterable[str], source: P
         )
 
 
+def duplicated_columns(source: Path | str, repeated: Sequence[str]) -> DataError:
+    return DataError(
+        f"{source}: column name(s) {', '.join(repr(name) for name in repeated)} appear more than "
+        "once; every column needs a name of its own"
+    )
+
+
+def refuse_duplicates(names: Sequence[str], source: Path | str) -> None:
+    """Refuse two columns of one name."""
+    repeated = list(dict.fromkeys(name for name in names if names.count(name) > 1))
+    if repeated:
+        raise duplicated_columns(source, repeated)
+
+
 def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:

@@ -10,7 +10,7 @@ from typing import Any
 import openpyxl
 import polars as pl
 
-from account_tax.errors import DataError
+from account_tax.io import refuse_duplicates
 
 
 def read_workbook(path: Path, decimal_separator: str) -> list[tuple[str, pl.DataFrame]]:
@@ -30,11 +30,7 @@ def read_workbook(path: Path, decimal_separator: str) -> list[tuple[str, pl.Data
             if not named:
                 continue
             names = [header[index] for index in named]
-            if len(set(names)) < len(names):
-                twice = sorted({name for name in names if names.count(name) > 1})
-                raise DataError(
-                    f"{path}: sheet '{sheet.title}' has two columns named {', '.join(twice)}"
-                )
+            refuse_duplicates(names, f"{path} [{sheet.title}]")
             records = [row for row in rows if any(value is not None for value in row)]
             columns = {
                 name: [

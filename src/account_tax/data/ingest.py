@@ -23,7 +23,14 @@ import polars as pl
 
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
-from account_tax.io import as_utf8, require_columns, resolve_input, write_parquet
+from account_tax.io import (
+    as_utf8,
+    duplicated_columns,
+    refuse_duplicates,
+    require_columns,
+    resolve_input,
+    write_parquet,
+)
 from account_tax.settings import SOURCE_ROW
 
 log = logging.getLogger(__name__)
@@ -98,20 +105,6 @@ def source_format(spec: DataSpec, path: Path) -> str:
     if fmt is None:
         raise DataError(f"{path}: cannot tell the format from the extension; set data.format")
     return fmt
-
-
-def duplicated_columns(path: Path, repeated: Sequence[str]) -> DataError:
-    return DataError(
-        f"{path}: column name(s) {', '.join(repr(name) for name in repeated)} appear more than "
-        "once; every column needs a name of its own"
-    )
-
-
-def refuse_duplicates(names: Sequence[str], path: Path) -> None:
-    """Refuse two columns of one name: polars would rename the second (CSV) or stop (Parquet)."""
-    repeated = list(dict.fromkeys(name for name in names if names.count(name) > 1))
-    if repeated:
-        raise duplicated_columns(path, repeated)
 
 
 def scan_csv(path: Path, spec: DataSpec) -> pl.LazyFrame:
@@ -205,6 +198,7 @@ def read_header(records: Iterator[Record], path: Path) -> list[str]:
         if problem is not None:
             raise DataError(f"{path}: the header cannot be read: {problem}")
         if fields:
+            # polars would rename the second of two columns of one name.
             refuse_duplicates(fields, path)
             return fields
     raise DataError(f"{path}: input file has no header and no rows")
