@@ -16,7 +16,6 @@ verified upload: checkpoints' as `<training run>/<step>.json`, one folder's as
 rule's outputs: a copy of the folder's receipt, or the list of the segment's receipts.
 """
 
-import json
 import logging
 import sys
 from pathlib import Path
@@ -29,6 +28,7 @@ from account_tax.storage.s3 import (
     RunInfo,
     UploadError,
     UploadSettings,
+    read_receipt,
     upload_checkpoint,
     upload_segment,
 )
@@ -65,7 +65,7 @@ def main() -> None:
         else:
             index = upload_segment(args.segment_marker, args.receipts_dir, run, settings)
             write_json(args.index, index)
-            receipts = [json.loads(Path(p).read_text()) for p in index["receipts"]]
+            receipts = [read_receipt(Path(p)) for p in index["receipts"]]
             stage, artifacts = f"upload/segment-{index['segment']}", [args.index]
     except UploadError as error:
         log.error("%s", error)
