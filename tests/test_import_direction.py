@@ -2,8 +2,8 @@
 shared helpers at the top, training uses data and storage, evaluation uses training, tracking
 uses everything, and so does the backtest, which replays the whole workflow. So editing
 evaluation code never changes what training runs (its code hash, and with it a checkpoint's
-fingerprint and the train rule's re-run trigger). And a job that runs no model loads no model
-library: each would pay seconds to import torch, PEFT and transformers for nothing. The
+fingerprint and the train rule's re-run trigger). And a job loads no library it has no use for:
+one that runs no model would pay seconds to import torch, PEFT and transformers for nothing. The
 development guide's map of the package names every module."""
 
 import ast
@@ -107,9 +107,11 @@ def test_training_code_reaches_no_evaluation_module():
         ("backtest_summary", ("torch", "peft", "transformers", "deepspeed")),
         # It copies the champion's files out of the registry.
         ("init_model", ("torch", "peft", "transformers", "deepspeed")),
+        # It reads a workbook only where data.corrections names one; CSV and Parquet need none.
+        ("correct", ("openpyxl", "torch", "peft", "transformers", "deepspeed")),
     ],
 )
-def test_a_job_that_runs_no_model_loads_no_model_library(script, not_loaded):
+def test_a_job_loads_no_library_it_has_no_use_for(script, not_loaded):
     path = PACKAGE.parents[1] / "scripts" / f"{script}.py"
     code = f"""
 import runpy, sys

@@ -71,7 +71,6 @@ from account_tax.io import (
     write_parquets,
 )
 from account_tax.settings import SOURCE_ROW
-from account_tax.workbook import read_workbook
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +144,9 @@ def corrections_sheets(path: Path, spec: DataSpec) -> list[tuple[str, pl.DataFra
         if path.suffix.lower() == ".parquet":
             return [(str(path), pl.read_parquet(path))]
         if path.suffix.lower() == WORKBOOK:
+            # Here, not at the top: only a run that reads a workbook loads openpyxl.
+            from account_tax.workbook import read_workbook
+
             decimal = decimal_separator(spec.number_format)
             sheets = [(f"{path} [{title}]", frame) for title, frame in read_workbook(path, decimal)]
         else:
