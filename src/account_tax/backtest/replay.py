@@ -293,7 +293,7 @@ def score_period(
         "novel_held_back_right": held_right,
         "new_accounts": len(set(records[spec.label].to_list()) - seen),
         "posted_wrong_new_accounts": wrong_posts_of_new_accounts(predictions, spec.label, seen),
-        "shipped": evaluation["comparison"]["shipped"]["candidate"],
+        "shipped": ShippedCandidate.from_dict(evaluation["comparison"]["shipped"]).candidate,
         "corrections_applied": counts.get("applied", 0),
         "corrections_added": counts.get("added", 0),
         "corrections_rejected": counts.get("rejected", 0),
