@@ -225,6 +225,7 @@ def run_ours(
     from account_tax.data.label_map import LabelMap
     from account_tax.training import loop as training
     from account_tax.training.batching import TokenizedSplit
+    from account_tax.training.history import read_history
     from account_tax.training.loop import TrainPaths, train
     from account_tax.training.model import load_tokenizer, resolve_model_dir
 
@@ -256,7 +257,7 @@ def run_ours(
     started = time.perf_counter()
     metrics = train(settings, paths)
     wall = time.perf_counter() - started
-    history = [json.loads(line) for line in paths.history.read_text().splitlines()]
+    history = read_history(paths.history)
     # The plan gives the padded size of every batch, which the history does not record.
     tokenizer = load_tokenizer(resolve_model_dir(settings.model))
     labels = LabelMap.read(paths.label_map).labels

@@ -20,7 +20,6 @@ ends the process with one line saying what, where and why.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 from pathlib import Path
@@ -29,6 +28,7 @@ from account_tax import cli
 from account_tax.settings import load_settings
 from account_tax.stage_log import log_history, log_stage, log_trial, read_run
 from account_tax.training.distributed import exit_worker
+from account_tax.training.history import read_history
 from account_tax.training.loop import TrainPaths, train
 from account_tax.training.settings import TrainSettings
 from account_tax.training.stop_signals import TrainingStopped, die_on_stop_signals, stop_with_parent
@@ -107,7 +107,7 @@ def main() -> None:
         raise SystemExit(stopped.exit_code) from None
     if rank != "0":
         exit_worker()
-    history = [json.loads(line) for line in args.history.read_text().splitlines()]
+    history = read_history(args.history)
     numeric = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
     if args.trial:
         log_trial(args.tracking, args.trial, settings.to_dict(), numeric, history, HISTORY_SERIES)

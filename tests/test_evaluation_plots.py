@@ -14,9 +14,9 @@ from account_tax.evaluation.plots import (
     plot_confusion_matrix,
     plot_f1_vs_support,
     plot_training_curves,
-    read_history,
     short_label,
 )
+from account_tax.training.history import append_history, history_text, read_history
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -42,6 +42,11 @@ def test_history_is_read_line_by_line_and_a_bad_line_is_named(tmp_path):
     good = tmp_path / "history.jsonl"
     good.write_text("\n".join(json.dumps(r) for r in HISTORY) + "\n\n")
     assert read_history(good) == HISTORY
+
+    written = tmp_path / "written.jsonl"
+    written.write_text(history_text(HISTORY[:3]), encoding="utf-8")
+    append_history(written, HISTORY[3])
+    assert read_history(written) == HISTORY
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(HISTORY[0]) + "\n{truncated\n")

@@ -56,7 +56,6 @@ from account_tax.evaluation.plots import (
     plot_precision_coverage,
     plot_reliability,
     plot_training_curves,
-    read_history,
 )
 from account_tax.evaluation.predict import CANDIDATE
 from account_tax.evaluation.review import DECISION, TrackRecord, decisions
@@ -72,6 +71,7 @@ from account_tax.io import write_json, write_parquet
 from account_tax.settings import EvaluateSettings
 from account_tax.stage_log import log_stage, read_run
 from account_tax.training.evidence import ACCOUNT, INDEX_DIR, EvidenceIndex, Neighbours, Vectors
+from account_tax.training.history import read_history
 from account_tax.training.inference import load_classifier, model_temperature, score_texts
 from account_tax.training.training_info import read_training_info
 

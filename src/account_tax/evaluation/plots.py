@@ -8,7 +8,6 @@ be checked.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,6 @@ from sklearn.metrics import confusion_matrix
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
 
-from account_tax.errors import DataError
 from account_tax.evaluation.metrics import TOP_K, TOP_K_ACCURACY
 
 # The training loop writes `validation_loss`; `val_loss` is the shorter name other tools use.
@@ -50,19 +48,6 @@ def short_label(label: str, width: int = 36) -> str:
         return label
     head = (width - 1) * 3 // 5
     return f"{label[:head]}…{label[-(width - 1 - head) :]}"
-
-
-def read_history(path: Path) -> list[dict[str, Any]]:
-    """The training history: one JSON object per line, blank lines skipped."""
-    records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            raise DataError(f"{path}: line {number} is not a JSON object: {error}") from None
-    return records
 
 
 def history_series(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[list, list]]:

@@ -53,10 +53,10 @@ from account_tax.training.distributed import (
     gather_from_all,
 )
 from account_tax.training.fsdp import FsdpEngine
+from account_tax.training.history import HISTORY, history_text, read_history
 
 log = logging.getLogger(__name__)
 
-HISTORY = "history.jsonl"
 DEEPSPEED_TAG = "deepspeed"
 FSDP_TAG = "fsdp"
 # The trained parameters and their Adam moments whole, for a resume on another number of
@@ -177,9 +177,7 @@ def save_checkpoint(
             name: digest for share in gather_from_all(mine) for name, digest in share.items()
         }
         if dist.is_main:
-            (staging / HISTORY).write_text(
-                "".join(json.dumps(record) + "\n" for record in history), encoding="utf-8"
-            )
+            (staging / HISTORY).write_text(history_text(history), encoding="utf-8")
             write_manifest(staging, manifest, digests)
             # A folder of this name can only be a checkpoint whose files no longer match; the
             # lock keeps an upload or a deletion of it from running meanwhile.
@@ -372,5 +370,4 @@ def load_checkpoint(
         set_rng_state(torch.load(directory / f"rng_state_rank{dist.rank}.pt", weights_only=False))
     else:
         set_seed(seed + manifest["step"] * dist.world_size + dist.rank)
-    lines = (directory / HISTORY).read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines]
+    return read_history(directory / HISTORY)

@@ -71,6 +71,7 @@ from account_tax.training.head_init import (
     init_head_from_texts,
     resolve_head_init,
 )
+from account_tax.training.history import append_history, history_text
 from account_tax.training.inference import (
     calibrate_model,
     merge_adapter,
@@ -363,11 +364,6 @@ def save_outputs(
     barrier()
 
 
-def append_history(path: Path, record: dict[str, Any]) -> None:
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
-
-
 def segment_end(total_steps: int, segment: int | None, segments: int) -> int:
     """The step at which `segment` (1-based, of `segments`) ends; the last one ends training."""
     if segment is None:
@@ -594,7 +590,7 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
         log.info("resuming from %s (step %d of %d)", resume[0], start_step, total_steps)
     if dist.is_main:
         paths.history.parent.mkdir(parents=True, exist_ok=True)
-        paths.history.write_text("".join(json.dumps(r) + "\n" for r in history), encoding="utf-8")
+        paths.history.write_text(history_text(history), encoding="utf-8")
         log.info(
             "training: %d rows, %d classes, %d steps per epoch, %d epochs, %d process(es), %s, "
             "checkpoints in %s",
