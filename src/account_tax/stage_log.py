@@ -41,6 +41,7 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def read_run(run_file: Path) -> dict[str, Any]:
+    """The workflow run's record (`run.json`, written by `workflow_run`); its one reader."""
     return json.loads(run_file.read_text(encoding="utf-8"))
 
 

@@ -70,6 +70,7 @@ from s3transfer.utils import ChunksizeAdjuster
 from account_tax.errors import DataError
 from account_tax.io import write_json
 from account_tax.settings import SectionView
+from account_tax.stage_log import read_run
 from account_tax.storage.manifest import (
     MANIFEST,
     STEP_PREFIX,
@@ -128,7 +129,7 @@ class RunInfo:
 
     @classmethod
     def from_file(cls, path: Path) -> RunInfo:
-        run = json.loads(path.read_text(encoding="utf-8"))
+        run = read_run(path)
         return cls(run_id=run["run_id"], experiment_name=run["experiment_name"])
 
 
