@@ -1,5 +1,6 @@
 import json
 import runpy
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -211,6 +212,23 @@ def test_same_seed_gives_the_same_model_on_any_thread_count(trained, tmp_path):
     without_time = {k: v for k, v in report.items() if k != "train_seconds"}
     assert {k: v for k, v in rerun.items() if k != "train_seconds"} == without_time
     assert pl.read_parquet(again.predictions).equals(pl.read_parquet(paths.predictions))
+
+
+def test_a_fit_in_another_process_writes_the_same_model_file(trained, tmp_path):
+    """The same split and seed give the same model.joblib, byte for byte, in a new process on
+    two threads: nothing of the fitting process (such as an object's memory address) is kept."""
+    paths, _ = trained
+    again = output_paths(paths.train.parent, tmp_path)
+    fit = (
+        "import sys; from pathlib import Path;"
+        "from account_tax.evaluation.baseline import"
+        " BaselinePaths, BaselineSettings, train_baseline;"
+        "train_baseline(BaselinePaths(*map(Path, sys.argv[1:])), BaselineSettings.of(), threads=2)"
+    )
+
+    subprocess.run([sys.executable, "-c", fit, *map(str, vars(again).values())], check=True)
+
+    assert again.model.read_bytes() == paths.model.read_bytes()
 
 
 def test_an_empty_validation_split_scores_as_undefined(trained, tmp_path):

@@ -100,6 +100,17 @@ def build_pipeline(settings: BaselineSettings, threads: int = 1) -> Pipeline:
     return Pipeline([("features", features), ("classifier", classifier)])
 
 
+def without_process_state(pipeline: Pipeline) -> Pipeline:
+    """`pipeline` without what ties it to the job that fitted it, so that one fit is the same
+    bytes in every run and on any thread count: the classifier's thread count (a job resource),
+    and each vectorizer's id() of its stop-word list (a memory address, kept to skip checking
+    the list again; the check runs anew on the next transform)."""
+    pipeline.named_steps["classifier"].set_params(n_jobs=None)
+    for _, vectorizer in pipeline.named_steps["features"].transformer_list:
+        vars(vectorizer).pop("_stop_words_id", None)
+    return pipeline
+
+
 def predict_probabilities(pipeline: Pipeline, texts: list[str], num_labels: int) -> np.ndarray:
     """[len(texts), num_labels] probabilities over the whole label map.
 
@@ -184,7 +195,7 @@ def train_baseline(
     }
 
     paths.model.parent.mkdir(parents=True, exist_ok=True)
-    joblib.dump(pipeline, paths.model)
+    joblib.dump(without_process_state(pipeline), paths.model)
     indexed = {"train": paths.train, "validation": paths.validation}
     build_baseline_index(pipeline, indexed, labels).write(paths.evidence)
     write_parquet(
