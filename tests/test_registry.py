@@ -62,12 +62,12 @@ def registry(tmp_path):
     return client, uri, tmp_path
 
 
-def add_champion(registry, frame: pl.DataFrame) -> str:
+def add_champion(registry, frame: pl.DataFrame, threshold: str = "0.5") -> str:
     client, _, folder = registry
     source = folder / f"version-{len(list(folder.glob('version-*')))}"
     (source / "artifacts").mkdir(parents=True)
     frame.write_parquet(source / "artifacts" / TEST_PREDICTIONS)
-    tags = {"test_split_sha256": evaluated_rows_sha256(frame), "auto_threshold": "0.5"}
+    tags = {"test_split_sha256": evaluated_rows_sha256(frame), "auto_threshold": threshold}
     version = client.create_model_version("m", source.as_uri(), tags=tags)
     client.set_registered_model_alias("m", "champion", version.version)
     return version.version
@@ -110,6 +110,16 @@ def test_a_champion_on_the_same_rows_must_be_beaten(registry):
     assert better["difference_from_champion"]["low"] > 0
     worse = decide(registry, "better", predictions(0.3, seed=4))
     assert not worse["moved"] and worse["why"].startswith("worse than champion")
+
+
+def test_a_champion_registered_without_a_threshold_is_compared_all_the_same(registry):
+    """A champion whose evaluation found no auto-post threshold (its tag reads "None", as
+    register writes it) is compared on the same rows like any other."""
+    champion = predictions(0.6, seed=2)
+    version = add_champion(registry, champion, threshold="None")
+    better = decide(registry, "better", predictions(0.95, seed=3))
+    assert better["moved"]
+    assert f"better than champion version {version} on the same test rows" in better["why"]
 
 
 def test_a_champion_tested_on_other_rows_compares_through_the_baseline(registry):

@@ -386,6 +386,13 @@ def against_champion(
     return bootstrap["difference"]["ours"]["champion"][DECIDING_METRIC]
 
 
+def tagged_threshold(tags: dict[str, str]) -> float | None:
+    """A version's auto-post threshold from its tags: none where evaluate found none (the tag
+    reads "None") or where the version has no such tag."""
+    text = tags.get("auto_threshold")
+    return None if text in (None, "", "None") else float(text)
+
+
 def champion_decision(
     client,
     tracking_uri: str,
@@ -419,12 +426,11 @@ def champion_decision(
             f"{current.source}/artifacts/{TEST_PREDICTIONS}", tracking_uri=tracking_uri
         )
     )
-    champion_threshold = current.tags.get("auto_threshold")
     difference = against_champion(
         ours,
         theirs,
         labels,
-        (shipped.threshold, float(champion_threshold) if champion_threshold else None),
+        (shipped.threshold, tagged_threshold(current.tags)),
         resamples=resamples,
         seed=seed,
     )
