@@ -159,6 +159,7 @@ def test_duplicates_kept_when_configured(tmp_path, write_csv):
         ({"account": ""}, "missing label in column 'account'"),
         ({"account": "NaN"}, "missing label in column 'account'"),
         ({"entry_id": ""}, "missing id in column 'entry_id'"),
+        ({"entry_id": "  \t "}, "missing id in column 'entry_id'"),
     ],
 )
 def test_bad_values_go_to_rejects_with_row_and_column(tmp_path, write_csv, overrides, reason):

@@ -201,8 +201,10 @@ def typed_columns(
             )
         )
     if spec.id:
-        values.append(normalised_column(spec.id, "preserve", distinct).alias(spec.id))
-        problems.append(_problem(pl.col(spec.id).is_null(), f"missing id in column '{spec.id}'"))
+        # Missing as written: an id of spaces alone is none once normalised.
+        record_id = normalised_column(spec.id, "preserve", distinct)
+        values.append(record_id.alias(spec.id))
+        problems.append(_problem(record_id.is_null(), f"missing id in column '{spec.id}'"))
     for column in spec.string_columns:
         values.append(normalised_column(column, case, distinct).alias(column))
 
