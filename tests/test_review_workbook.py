@@ -195,6 +195,34 @@ def test_the_review_workbook_filled_in_and_saved_is_a_corrections_file(ledger, t
     assert track["novel"].to_list() == [False, True]
 
 
+def test_a_blank_row_between_corrections_keeps_the_rows_numbered_as_in_the_csv(ledger, tmp_path):
+    """A row left blank between two corrections of one record: the rows after it keep their
+    numbers, and it is the rejected row of nothing, as in the CSV file of the same sheet."""
+    spec, records = ledger
+    rows = [["entry_id", "account"], ["E00001", "4210"], [None, None], ["E00001", "4930"]]
+    book = openpyxl.Workbook()
+    for row in rows:
+        book.active.append(row)
+    # Blank rows after the last correction, as formatting leaves them, are no rows at all.
+    book.active.cell(9, 1).number_format = "@"
+    book.save(tmp_path / "reviewed.xlsx")
+    pl.DataFrame(rows[1:], schema=rows[0], orient="row").write_csv(tmp_path / "reviewed.csv")
+
+    rejected = {}
+    for name in ("reviewed.xlsx", "reviewed.csv"):
+        counts = apply_in(tmp_path, records, [tmp_path / name], spec)
+        assert (counts.rows_in, counts.applied, counts.rejected) == (3, 1, 2)
+        rejects = pl.read_parquet(tmp_path / "rejects.parquet").sort("source_row")
+        source = rejects["source_file"][0]
+        rejected[name] = [
+            (row, reason.replace(source, "<file>"))
+            for row, reason in rejects.select("source_row", REASON).rows()
+        ]
+    assert rejected["reviewed.xlsx"] == rejected["reviewed.csv"]
+    assert [row for row, _ in rejected["reviewed.csv"]] == [1, 2]
+    assert rejected["reviewed.csv"][0][1] == "superseded by the later correction in row 3 of <file>"
+
+
 def test_a_review_queue_longer_than_a_sheet_goes_on_in_the_next(ledger, tmp_path, monkeypatch):
     """Rows beyond a worksheet's (1,048,575 under the header) go on in `review 2` and so on, each
     sheet with its header and the account list; read back, every row counts once, named by its

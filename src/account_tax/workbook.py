@@ -18,8 +18,10 @@ def read_workbook(path: Path, decimal_separator: str) -> list[tuple[str, pl.Data
     as a CSV file would hold it: a number cell in its digits with `decimal_separator` (a whole
     number, as openpyxl reads it, without a decimal part: an id or account a spreadsheet took
     for a number reads as its digits); a date cell in ISO form, with its time of day where it
-    has one; a true/false cell as `true` or `false`; a formula as the value it last had. Rows
-    with no value and columns with no name are left out."""
+    has one; a true/false cell as `true` or `false`; a formula as the value it last had. Columns
+    with no name, and the rows with no value after the last row with one, are left out; a row
+    with no value before it stays, a row of nothing as in the CSV file of the sheet, so that
+    every row keeps its number."""
     workbook = openpyxl.load_workbook(path, read_only=True, data_only=True)
     try:
         sheets = []
@@ -31,7 +33,14 @@ def read_workbook(path: Path, decimal_separator: str) -> list[tuple[str, pl.Data
                 continue
             names = [header[index] for index in named]
             refuse_duplicates(names, f"{path} [{sheet.title}]")
-            records = [row for row in rows if any(value is not None for value in row)]
+            records: list[tuple[Any, ...]] = []
+            blank = 0
+            for row in rows:
+                if any(value is not None for value in row):
+                    records += [()] * blank + [row]
+                    blank = 0
+                else:
+                    blank += 1
             columns = {
                 name: [
                     _cell_text(row[index] if index < len(row) else None, decimal_separator)
