@@ -26,6 +26,7 @@ from account_tax.backtest.periods import (
 from account_tax.backtest.replay import (
     hindsight_auto_share,
     run_workflow,
+    supported_target,
     wrong_posts_of_new_accounts,
 )
 from account_tax.data.spec import DataSpec
@@ -224,7 +225,9 @@ def test_reviewed_records_come_back_as_corrections_with_the_account_a_person_cho
         assert shown_in_summary == (weighed > 0)
         # The highest target those rows support: a threshold exactly where it reaches the
         # target, and shown beside the threshold.
-        review, supported = evaluation["review"], evaluation["review"]["highest_supported_target"]
+        shipped = evaluation["comparison"]["shipped"]["candidate"]
+        review = evaluation[shipped]["review"] if shipped != "fine-tuned" else evaluation["review"]
+        supported = review["highest_supported_target"]
         assert table["supported_target"][index] == supported["target_precision"]
         reaches = supported["target_precision"] >= review["target_precision"]
         assert (review["threshold"] is not None) == reaches
@@ -284,6 +287,24 @@ def test_re_deciding_a_period_at_its_own_settings_posts_what_it_posted(backteste
         assert row["q0.5_posted"] <= row["shipped_posted"]
         posted += row["shipped_posted"]
     assert posted > 0
+
+
+def test_the_supported_target_is_the_shipped_candidates():
+    """Where the baseline ships, the period's supported target is what its validation rows
+    supported, not the fine-tuned model's (the top level of metrics.json)."""
+
+    def report(target: float) -> dict:
+        return {"review": {"highest_supported_target": {"target_precision": target}}}
+
+    evaluation = {
+        **report(0.5),
+        "baseline": report(0.99),
+        "ensemble": report(0.7),
+        "comparison": {"shipped": {"candidate": "baseline"}},
+    }
+    assert supported_target(evaluation) == 0.99
+    evaluation["comparison"]["shipped"]["candidate"] = "fine-tuned"
+    assert supported_target(evaluation) == 0.5
 
 
 def test_wrong_posts_of_accounts_new_in_the_period_are_counted():

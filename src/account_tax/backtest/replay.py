@@ -178,6 +178,20 @@ def trained_on(workdir: Path) -> set[str]:
     return LabelMap.read(workdir / "results/features" / LABEL_MAP).with_samples()
 
 
+def candidate_reports(evaluation: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each candidate's report in evaluate's metrics.json, by candidate name: the fine-tuned
+    model's is the file's top level."""
+    return {MODEL: evaluation, BASELINE: evaluation[BASELINE], ENSEMBLE: evaluation[ENSEMBLE]}
+
+
+def supported_target(evaluation: dict[str, Any]) -> float:
+    """The highest target precision that the shipped candidate's validation rows (with the
+    track record) supported: where it is below the target, nothing could be posted."""
+    shipped = ShippedCandidate.from_dict(evaluation["comparison"]["shipped"])
+    review = candidate_reports(evaluation)[shipped.candidate]["review"]
+    return review["highest_supported_target"]["target_precision"]
+
+
 def candidate_decisions(
     workdir: Path, evaluation: dict[str, Any], predictions: pl.DataFrame, spec: DataSpec
 ) -> dict[str, float | None]:
@@ -185,7 +199,7 @@ def candidate_decisions(
     auto-post and novelty thresholds from validation: the share it would post and how often it
     would be right. The baseline is refitted every period, as the model is trained."""
     shipped = ShippedCandidate.from_dict(evaluation["comparison"]["shipped"])
-    reports = {MODEL: evaluation, BASELINE: evaluation[BASELINE], ENSEMBLE: evaluation[ENSEMBLE]}
+    reports = candidate_reports(evaluation)
     texts = predictions[TEXT].to_list()
     truth = predictions[spec.label].to_numpy()
     figures: dict[str, float | None] = {}
@@ -298,7 +312,7 @@ def score_period(
         "corrections_added": counts.get("added", 0),
         "corrections_rejected": counts.get("rejected", 0),
         "track_record_rows": evaluation["review"]["track_record"]["rows"],
-        "supported_target": evaluation["review"]["highest_supported_target"]["target_precision"],
+        "supported_target": supported_target(evaluation),
         **{
             f"{column}_macro_f1{end}": intervals[name]["macro_f1"][key]
             for column, name in CANDIDATES.items()

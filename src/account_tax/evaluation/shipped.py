@@ -14,7 +14,7 @@ from typing import Any
 @dataclass(frozen=True)
 class ShippedCandidate:
     candidate: str
-    """`model`, `baseline` or `ensemble` (account_tax.evaluation.assessment.CANDIDATES)."""
+    """`fine-tuned`, `baseline` or `ensemble` (account_tax.evaluation.assessment.CANDIDATES)."""
     why: str
     validation_macro_f1: dict[str, float]
     """Each candidate's validation macro-F1, which the choice rests on."""
