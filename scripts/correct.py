@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from account_tax import cli
-from account_tax.data.clean import CleanSettings
+from account_tax.data.clean import CleanCounts, CleanSettings
 from account_tax.data.corrections import apply_corrections, correction_summary
 from account_tax.data.spec import DataSpec
 from account_tax.io import write_json
@@ -19,6 +19,9 @@ from account_tax.stage_log import log_stage
 def main() -> None:
     parser = cli.parser(__doc__)
     parser.add_argument("--input", type=Path, required=True, help="clean records Parquet")
+    parser.add_argument(
+        "--clean-counts", type=Path, required=True, help="clean's row counts JSON (rows in)"
+    )
     parser.add_argument(
         "--corrections", type=Path, nargs="+", required=True, help="corrections files"
     )
@@ -38,6 +41,7 @@ def main() -> None:
         args.output,
         args.rejects,
         args.track_record,
+        ledger_rows=CleanCounts.read(args.clean_counts).rows_in,
     )
     write_json(args.counts, asdict(counts))
     summary = correction_summary(counts, args.rejects, args.track_record)

@@ -30,7 +30,8 @@ def clean_ledger(folder, classes):
 
 
 def apply_in(folder, records, files, spec):
-    """apply_corrections, its outputs in `folder` (corrected, rejects and track_record.parquet)."""
+    """apply_corrections, its outputs in `folder` (corrected, rejects and track_record.parquet),
+    on `records` cleaned by `clean_ledger` (the ledger file's rows: ingest's, beside them)."""
     return apply_corrections(
         records,
         files,
@@ -39,6 +40,7 @@ def apply_in(folder, records, files, spec):
         folder / "corrected.parquet",
         folder / "rejects.parquet",
         folder / "track_record.parquet",
+        ledger_rows=pl.read_parquet(records.parent / "ingested.parquet").height,
     )
 
 

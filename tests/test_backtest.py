@@ -374,6 +374,21 @@ def test_records_are_placed_in_periods_by_their_date(tmp_path):
     assert records["entry_id"].to_list() == ["E00000", "E00001", "E00002"]
 
 
+def test_a_record_that_corrections_added_is_named_and_not_replayed(tmp_path, caplog):
+    """The ledger file's records are replayed as read; one that data.corrections added (numbered
+    after the file's rows) has no row as read, and the log says it is left out."""
+    raw, labelled = records_files(tmp_path, ["2024-01-05", "2024-03-01", "2024-01-31"])
+    frame = pl.read_parquet(labelled)
+    added = frame.tail(1).with_columns(source_row=pl.lit(4, pl.Int64), entry_id=pl.lit("C00001"))
+    pl.concat([frame, added]).write_parquet(labelled)
+    spec = DataSpec.from_config(ledger_config(tmp_path / "x.csv"))
+    records = dated_records(raw, labelled, spec, BacktestSettings.of())
+    assert records["entry_id"].to_list() == ["E00000", "E00001", "E00002"]
+    assert "the 1 record(s) that data.corrections added to the ledger are not replayed" in (
+        caplog.text
+    )
+
+
 def test_a_backtest_needs_a_date_on_every_record_and_an_id(tmp_path):
     raw, labelled = records_files(tmp_path, ["2024-01-05", None, None])
     spec = DataSpec.from_config(ledger_config(tmp_path / "x.csv"))

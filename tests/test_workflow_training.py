@@ -28,7 +28,7 @@ from sample_ledger import ledger_config, ledger_row, small_ledger
 from tiny_models import build_tiny_bert
 from workflow_runner import REPO, SECRETS, VENV_BIN, jobs_run, snakemake
 
-from account_tax.data.clean import CleanSettings
+from account_tax.data.clean import CleanCounts, CleanSettings
 from account_tax.data.corrections import apply_corrections
 from account_tax.data.spec import DataSpec
 from account_tax.evaluation.evidence import EVIDENCE_COLUMNS
@@ -323,6 +323,7 @@ def assert_reviewed_file_corrects(trained, reviewed, review, chosen, folder):
         folder / "corrected.parquet",
         folder / "rejects.parquet",
         folder / "track_record.parquet",
+        ledger_rows=CleanCounts.read(workdir / "results/clean/counts.json").rows_in,
     )
 
     assert (counts.added, counts.rejected, counts.track_record) == (review.height, 0, review.height)

@@ -59,6 +59,7 @@ rule clean:
 rule correct:
     input:
         input="results/clean/records.parquet",
+        clean_counts="results/clean/counts.json",
         corrections=config["data"]["corrections"],
         classes=classes_file(),
     output:

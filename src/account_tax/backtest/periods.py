@@ -4,6 +4,7 @@ history) and the variants compared. Nothing here runs a model."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import polars as pl
 from account_tax.data.spec import DataSpec
 from account_tax.errors import DataError
 from account_tax.settings import SOURCE_ROW, SectionView
+
+log = logging.getLogger(__name__)
 
 PERIOD = "period"
 
@@ -68,6 +71,14 @@ def dated_records(
             f"{labelled}: {undated} record(s) without a {column!r}; a backtest needs one"
         )
     as_read = pl.read_parquet(raw).select(SOURCE_ROW, *(c for c in spec.columns if c != spec.label))
+    # Records that data.corrections added are numbered after the ledger file's rows.
+    added = truth.join(as_read, on=SOURCE_ROW, how="anti").height
+    if added:
+        log.warning(
+            "backtest: the %d record(s) that data.corrections added to the ledger are not"
+            " replayed: a backtest replays the records of the ledger file, as read",
+            added,
+        )
     return truth.join(as_read, on=SOURCE_ROW, how="inner", maintain_order="left").sort(SOURCE_ROW)
 
 

@@ -6,6 +6,7 @@ names the column and the value), or the duplicate count. The three are checked t
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import tempfile
@@ -54,6 +55,11 @@ class CleanCounts:
     def check(self) -> None:
         if self.rows_in != self.rows_out + self.rejected + self.duplicates:
             raise AssertionError(f"clean lost rows: {self}")
+
+    @classmethod
+    def read(cls, path: Path) -> CleanCounts:
+        """The counts clean wrote (`counts.json`): its one reader."""
+        return cls(**json.loads(path.read_text(encoding="utf-8")))
 
 
 def normalise_text(value: pl.Expr, case: str) -> pl.Expr:

@@ -269,8 +269,8 @@ def new_records(
     rows: pl.DataFrame, spec: DataSpec, options: CleanSettings, first_row: int
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Corrections that are whole records the ledger lacks, through clean as the ledger went:
-    the clean ones (numbered on from the ledger's last source row) and the rejected ones with
-    clean's reason."""
+    the clean ones (numbered on from `first_row`, the ledger file's last row) and the rejected
+    ones with clean's reason."""
     if rows.is_empty():
         return pl.DataFrame(), pl.DataFrame()
     raw = rows.select(
@@ -321,10 +321,14 @@ def apply_corrections(
     output: Path,
     rejects: Path,
     track_record: Path,
+    *,
+    ledger_rows: int,
 ) -> CorrectionCounts:
     """Write the records of `records` (clean's output) with the corrections applied, the new
     records added and `label_source`, the rows that could not be applied, and the track record;
-    return the checked counts."""
+    return the checked counts. `ledger_rows`: the records of the ledger file (clean's rows in),
+    after which the added records are numbered (`source_row`), so that no added record takes
+    the number of a ledger row that clean rejected or dropped as a duplicate."""
     if spec.id is None:
         raise DataError("data.corrections needs data.columns.id: a correction names its record")
     ledger = pl.scan_parquet(records)
@@ -390,8 +394,7 @@ def apply_corrections(
     )
     fresh = latest.filter(~pl.col(_RECORD).is_in(known.implode()))
     latest = latest.filter(pl.col(_RECORD).is_in(known.implode()))
-    last_row = ledger.select(pl.col(SOURCE_ROW).max()).collect().item() or 0
-    added, refused = new_records(fresh, spec, options, last_row)
+    added, refused = new_records(fresh, spec, options, ledger_rows)
     rejected = pl.concat(
         [
             checked.filter(pl.col(REASON).is_not_null()),
