@@ -38,6 +38,14 @@ def test_a_few_right_rows_do_not_make_a_threshold():
     assert list(decisions(confidence, None)) == [REVIEW] * 5
 
 
+def test_a_float32_confidence_is_posted_as_a_float64_reader_compares_it():
+    """0.7 as float32 is 0.69999999: below a threshold of 0.7, as polars or a spreadsheet reads
+    the written confidence, although numpy compares it with 0.7 rounded to float32 (equal)."""
+    confidence = np.array([0.7, 0.70000005], dtype=np.float32)
+    assert list(decisions(confidence, 0.7)) == [REVIEW, AUTO]
+    assert list(decisions(confidence, float(np.float32(0.7)))) == [AUTO, AUTO]
+
+
 def test_rows_right_as_often_as_the_target_support_a_lower_one():
     # Newark's December: the most confident 200 right 196 times, the rest right 60 % of the
     # time. Rows right 98 % of the time cannot promise 98 %: the highest target they support is

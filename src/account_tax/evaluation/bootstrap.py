@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from account_tax.evaluation.metrics import TOP_K_ACCURACY
+from account_tax.evaluation.review import AUTO, decisions
 
 METRICS = ("accuracy", "macro_f1", TOP_K_ACCURACY, "coverage")
 # Fewer classes than this in the test set: resample rows (see the module's docstring).
@@ -51,10 +52,7 @@ class ScoredRows:
     """Rows unlike any training record, never posted."""
 
     def posted(self) -> np.ndarray:
-        if self.threshold is None:
-            return np.zeros(len(self.predicted), dtype=bool)
-        posted = self.confidence >= self.threshold
-        return posted if self.novel is None else posted & ~self.novel
+        return decisions(self.confidence, self.threshold, self.novel) == AUTO
 
 
 def _row_scores(

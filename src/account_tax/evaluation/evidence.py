@@ -110,7 +110,8 @@ def novelty_threshold(
 def is_novel(nearest_similarity: np.ndarray, threshold: float | None) -> np.ndarray:
     if threshold is None:
         return np.zeros(len(nearest_similarity), dtype=bool)
-    return np.asarray(nearest_similarity) < threshold
+    # In float64, as `review.decisions` compares a confidence with its threshold.
+    return np.asarray(nearest_similarity, dtype=np.float64) < threshold
 
 
 def evidence_columns(

@@ -139,7 +139,13 @@ def decisions(
     """`auto` where the confidence reaches the threshold, or a trusted ledger rule `confirmed`
     the suggestion (see `ledger_rules`), and the record is not novel (unlike any training
     record: see `evidence.novelty_threshold`); `review` elsewhere."""
-    posted = np.zeros(len(confidence), dtype=bool) if threshold is None else confidence >= threshold
+    # In float64, as any reader of the written confidence compares: numpy would compare float32
+    # with the threshold rounded to float32, and post a row a float64 reader finds below it.
+    posted = (
+        np.zeros(len(confidence), dtype=bool)
+        if threshold is None
+        else np.asarray(confidence, dtype=np.float64) >= threshold
+    )
     if confirmed is not None:
         posted |= np.asarray(confirmed, dtype=bool)
     if novel is not None:
