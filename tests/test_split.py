@@ -549,6 +549,8 @@ def test_held_out_classes_by_code_and_their_errors(tmp_path):
     )
     assert report["holdout_classes"] == ["4001", "4008"]
     assert report["per_class"]["4008"] == {"train": 0, "validation": 0, "test": 1}
+    # Too small to stratify, but held out: in test, so not among the classes sent to train.
+    assert "4008" not in report["train_only_classes"] and "4007" in report["train_only_classes"]
     with pytest.raises(DataError, match=r"names \['9999'\], which have no rows in .*features"):
         split(source, spec, SplitSettings.of({"seed": 3}), tmp_path / "b", holdout=["4001", "9999"])
     with pytest.raises(DataError, match=r"is 9, but only 8 classes .* have at least 3 rows"):

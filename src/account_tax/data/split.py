@@ -478,12 +478,13 @@ def split(
         row[spec.label]: {name: int(row[name]) for name in SPLITS}
         for row in per_class.iter_rows(named=True)
     }
-    # By date no class goes to train for its size: the date decides.
+    # By date no class goes to train for its size: the date decides; a held-out class goes to
+    # test whatever its size.
     min_class_size = options.min_class_size
     report["train_only_classes"] = sorted(
         label
         for label, n in labels.value_counts().iter_rows()
-        if n < min_class_size and strategy != "time"
+        if n < min_class_size and strategy != "time" and label not in held_out
     )
     report["classes_not_in_train"] = {
         name: sorted(
