@@ -25,6 +25,7 @@ from account_tax.backtest.periods import (
 )
 from account_tax.backtest.replay import (
     hindsight_auto_share,
+    posted_records,
     run_workflow,
     supported_target,
     wrong_posts_of_new_accounts,
@@ -305,6 +306,29 @@ def test_the_supported_target_is_the_shipped_candidates():
     assert supported_target(evaluation) == 0.99
     evaluation["comparison"]["shipped"]["candidate"] = "fine-tuned"
     assert supported_target(evaluation) == 0.5
+
+
+def test_posted_records_join_the_ledger_by_their_row_whatever_their_id_looks_like():
+    """The period's posted records go into the next period's ledger with the suggested account:
+    found by their row in new.csv, so an id clean trimmed or one that two records share is
+    neither lost nor doubled."""
+    new = pl.DataFrame(
+        {
+            "source_row": [7, 8, 9],
+            "entry_id": ["INV-1 ", "INV-2", "INV-2"],
+            "account": ["4930", "4210", "1800"],
+        }
+    )
+    predictions = pl.DataFrame(
+        {
+            "source_row": [1, 2, 3],
+            "id": ["INV-1", "INV-2", "INV-2"],
+            "predicted_label": ["4930", "4400", "4210"],
+            "decision": ["auto", "review", "auto"],
+        }
+    )
+    booked = posted_records(new, predictions, "account")
+    assert booked.rows() == [(7, "INV-1 ", "4930"), (9, "INV-2", "4210")]
 
 
 def test_wrong_posts_of_accounts_new_in_the_period_are_counted():

@@ -34,6 +34,7 @@ from account_tax.evaluation.predict import AUTO_THRESHOLD, Candidate
 from account_tax.evaluation.review import AUTO, DECISION, decisions, precision_coverage_curve
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, PREDICTED_LABEL
+from account_tax.settings import SOURCE_ROW
 from account_tax.training.settings import EXTENSIONS_DIR
 
 log = logging.getLogger(__name__)
@@ -325,6 +326,22 @@ def score_period(
     }
 
 
+def posted_records(new: pl.DataFrame, predictions: pl.DataFrame, label: str) -> pl.DataFrame:
+    """The period's records (`new`, as written to new.csv) that were posted, each with the
+    account suggested as its `label`. Matched by their row in new.csv (the predictions'
+    `source_row`): the predictions' ids are as clean wrote them, trimmed."""
+    posted = predictions.filter(pl.col(DECISION) == AUTO).select(
+        pl.col(SOURCE_ROW).cast(pl.Int64).alias("_row"), pl.col(PREDICTED_LABEL).alias("_posted")
+    )
+    return (
+        new.with_row_index("_row", offset=1)
+        .with_columns(pl.col("_row").cast(pl.Int64))
+        .join(posted, on="_row", how="inner", maintain_order="left")
+        .with_columns(pl.col("_posted").alias(label))
+        .select(new.columns)
+    )
+
+
 def replay(
     *,
     config: dict[str, Any],
@@ -360,13 +377,7 @@ def replay(
         )
         # What the ledger holds after the period: the posted records, with the suggested
         # account; the reviewed ones come back through their review file, if at all.
-        posted = predictions.filter(pl.col(DECISION) == AUTO).select(
-            pl.col("id").alias("_id"), pl.col(PREDICTED_LABEL).alias("_posted")
-        )
-        booked = new.join(
-            posted, left_on=pl.col(spec.id).cast(pl.String), right_on="_id", how="inner"
-        ).with_columns(pl.col("_posted").alias(spec.label))
-        ledger = pl.concat([ledger, booked.select(ledger.columns)])
+        ledger = pl.concat([ledger, posted_records(new, predictions, spec.label)])
         if variant.corrections:
             corrections.append(workdir / f"results/predict/{NEW_RECORDS}.review.parquet")
         if variant.warm_start:
