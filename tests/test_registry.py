@@ -220,9 +220,18 @@ def test_the_champions_model_is_fetched_where_a_warm_start_begins(registry, tmp_
     assert json.loads((tmp_path / "init" / "label_map.json").read_text()) == {"labels": ["1000"]}
 
 
-def test_without_a_champion_a_warm_start_from_it_says_so(registry, tmp_path):
-    with pytest.raises(DataError, match=r"no version of model 'm' holds alias 'champion'"):
+def test_without_a_champion_a_warm_start_from_it_says_so(registry, tmp_path, monkeypatch):
+    """The error names the store it asked: the run's, or, where MLFLOW_TRACKING_URI overrides it
+    (and may hold a token), that variable, never its value."""
+    _, uri, folder = registry
+    with pytest.raises(DataError, match=r"holds alias 'champion' in sqlite:///"):
         fetch_champion_model(run_file(registry), RegisterSettings.of(name="m"), tmp_path / "x")
+    other = f"sqlite:///{folder / 'other.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", other)
+    MlflowClient(other).create_registered_model("m")
+    with pytest.raises(DataError, match="in the store MLFLOW_TRACKING_URI names") as raised:
+        fetch_champion_model(run_file(registry), RegisterSettings.of(name="m"), tmp_path / "x")
+    assert uri not in str(raised.value) and other not in str(raised.value)
 
 
 @pytest.mark.parametrize(("target", "trusted"), [(0.5, "trusted"), (0.99, "not trusted")])

@@ -49,10 +49,11 @@ def fetch_champion_model(
     uri = os.environ.get("MLFLOW_TRACKING_URI") or run["tracking_uri"]
     champion = current_version(client, settings.name, settings.champion_alias)
     if champion is None:
+        # Not the environment's URI itself: it may hold a token.
+        store = "the store MLFLOW_TRACKING_URI names" if uri != run["tracking_uri"] else uri
         raise DataError(
             f"no version of model {settings.name!r} holds alias {settings.champion_alias!r} in"
-            f" {run['tracking_uri']}: no champion to start from (train once with"
-            " train.init_from: none)"
+            f" {store}: no champion to start from (train once with train.init_from: none)"
         )
     with tempfile.TemporaryDirectory(prefix="init-model-") as scratch:
         mlmodel = mlflow.artifacts.download_artifacts(
