@@ -49,8 +49,10 @@ def test_corrections_replace_labels_and_every_row_is_accounted_for(ledger, tmp_p
     )
     # Parquet, with predict's `id` column and no times: file order decides.
     second = tmp_path / "tuesday.parquet"
+    # E00006 as typed on a full-width keyboard: read as clean reads the ledger's ids (NFKC).
+    full_width = "\uff25\uff10\uff10\uff10\uff10\uff16"
     pl.DataFrame(
-        {"id": ["E00005", "E00006", "E00006"], "account": ["4210", "1800", " 0000 "]}
+        {"id": ["E00005", "E00006", full_width], "account": ["4210", "1800", " 0000 "]}
     ).write_parquet(second)
     output, rejects = tmp_path / "corrected.parquet", tmp_path / "rejects.parquet"
     track_record = tmp_path / "track_record.parquet"

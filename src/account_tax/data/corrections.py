@@ -46,6 +46,7 @@ from account_tax.data.clean import (
     CleanSettings,
     clean,
     decimal_separator,
+    normalise_text,
     summary_table,
 )
 from account_tax.data.serialize import ID
@@ -218,7 +219,8 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
             frame.select(
                 pl.lit(source).alias(SOURCE_FILE),
                 pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias(SOURCE_ROW),
-                pl.col(id_column).cast(pl.String).str.strip_chars().alias(_RECORD),
+                # Read as clean reads the ledger's ids, so that it finds its record.
+                normalise_text(pl.col(id_column).cast(pl.String), "preserve").alias(_RECORD),
                 pl.col(spec.label).cast(pl.String).str.strip_chars(LABEL_TRIM).alias(_ACCOUNT),
                 *optional,
                 (pl.lit(len(frames), pl.Int64) * 2**40 + pl.int_range(pl.len())).alias(_ORDER),
