@@ -150,6 +150,15 @@ COLUMNS = {
             pd.DataFrame({"id": pd.Series([], dtype=str), "memo": pd.Series([], dtype=str)}),
             "no records",
         ),
+        (
+            pd.DataFrame({"id": ["1"], "memo": [["a", "b"]]}),
+            "column 'memo', row 1: ['a', 'b'] is not text (list)",
+        ),
+        (
+            pd.DataFrame([["1", "x", "y"]], columns=["id", "memo", "memo"]),
+            "the request: column name(s) 'memo' appear more than once",
+        ),
+        ({"id": ["1"], "memo": ["x"]}, "send the records as a table"),
     ],
 )
 def test_a_bad_request_is_refused_with_a_short_message(records, message):

@@ -1120,9 +1120,9 @@ def post(port: int, body: dict) -> tuple[int, dict]:
 def test_champion_served_over_http_equals_predict(trained):
     """`mlflow models serve -m models:/account-tax@champion --env-manager local` on 127.0.0.1:
     JSON records in (dataframe_split), the predict rule's rows out, the malformed record with
-    its reject reason; bad requests (a number, an unknown or missing column, no records) answered
-    400 with one short message and no traceback, and a good one after them; the server stopped
-    by its PID."""
+    its reject reason; bad requests (a number or a list in a cell, an unknown, missing or repeated
+    column, no records, records in another of MLflow's formats) answered 400 with one short
+    message and no traceback, and a good one after them; the server stopped by its PID."""
     workdir, config, *_ = trained
     client = MlflowClient(registry_uri(workdir))
     version = json.loads((workdir / "results/register/model.json").read_text())["version"]
@@ -1164,8 +1164,25 @@ def test_champion_served_over_http_equals_predict(trained):
             "a missing column": (records.drop(columns="vendor"), "missing column(s) 'vendor'"),
             "no records": (records.head(0), "no records"),
         }
-        for what, (frame, message) in refused.items():
-            status, answer = post(port, {"dataframe_split": split(frame)})
+        first = split(records.head(1))
+        twice = {"columns": [*first["columns"], "memo"], "data": [[*first["data"][0], "y"]]}
+        first = dict(zip(first["columns"], first["data"][0], strict=True))
+        bodies = {
+            what: ({"dataframe_split": split(frame)}, message)
+            for what, (frame, message) in refused.items()
+        } | {
+            "a list in a cell": (
+                {"dataframe_records": [first | {"memo": ["a", "b"]}]},
+                "column 'memo', row 1: ['a', 'b'] is not text (list)",
+            ),
+            "a column twice": (
+                {"dataframe_split": twice},
+                "the request: column name(s) 'memo' appear more than once",
+            ),
+            "another format": ({"instances": [first]}, "send the records as a table"),
+        }
+        for what, (body, message) in bodies.items():
+            status, answer = post(port, body)
             assert status == 400, what
             assert answer["message"].startswith(message), (what, answer)
             assert set(answer) == {"error_code", "message", "sqlstate", "error_class"}, what

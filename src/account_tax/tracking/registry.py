@@ -63,7 +63,7 @@ from account_tax.evaluation.prediction_parts import PredictSettings
 from account_tax.evaluation.runtime_check import checked_onnx_model
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, LABEL, PREDICTED_LABEL, TOP_K_LABELS
-from account_tax.io import PACKAGE_PREFIX, sha256_file, write_json
+from account_tax.io import PACKAGE_PREFIX, refuse_duplicates, sha256_file, write_json
 from account_tax.settings import SOURCE_ROW, EvaluateSettings
 from account_tax.stage_log import log_stage
 from account_tax.tracking.champion import RegisterSettings, current_version
@@ -108,10 +108,20 @@ def input_columns(spec: DataSpec) -> dict[str, dict[str, Any]]:
     return columns | {spec.label: {"type": "string", "required": False}}
 
 
-def check_request(records: pd.DataFrame, columns: dict[str, dict[str, Any]]) -> None:
-    """Refuse a request with missing or unknown columns, a value that is not text, or no
-    records; the message names the columns, and the row (1-based) of a wrong value."""
+def check_request(records: Any, columns: dict[str, dict[str, Any]]) -> None:
+    """Refuse a request that is not a table of records, with missing, unknown or repeated
+    columns, a value that is not text, or no records; the message names the columns, and the
+    row (1-based) of a wrong value."""
+    if not isinstance(records, pd.DataFrame):
+        raise RefusedRequest(
+            'send the records as a table: {"dataframe_split": {"columns": [...], "data":'
+            ' [[...], ...]}} or {"dataframe_records": [{...}, ...]}'
+        )
     given = [str(column) for column in records.columns]
+    try:
+        refuse_duplicates(given, "the request")
+    except DataError as error:
+        raise RefusedRequest(str(error)) from None
     missing = [name for name, column in columns.items() if column["required"] and name not in given]
     unknown = [name for name in given if name not in columns]
     problems = []
@@ -126,9 +136,10 @@ def check_request(records: pd.DataFrame, columns: dict[str, dict[str, Any]]) -> 
         raise RefusedRequest("; ".join(problems))
     if records.empty:
         raise RefusedRequest("no records")
-    for column in records.columns:
-        for row, value in enumerate(records[column], start=1):
-            if not isinstance(value, str) and not pd.isna(value):
+    for index, column in enumerate(records.columns):
+        for row, value in enumerate(records.iloc[:, index], start=1):
+            missing_value = pd.api.types.is_scalar(value) and pd.isna(value)
+            if not isinstance(value, str) and not missing_value:
                 raise RefusedRequest(
                     f"column {str(column)!r}, row {row}: {value!r} is not text "
                     f"({type(value).__name__}); send every value as a JSON string"
@@ -175,8 +186,8 @@ class PredictionModel(mlflow.pyfunc.PythonModel):
         model_input: pd.DataFrame,
         params: dict[str, Any] | None = None,
     ) -> pd.DataFrame:
-        check_request(model_input, self.columns)
         try:
+            check_request(model_input, self.columns)
             # In memory, through the code `predict` runs on each chunk of a file, in chunks of
             # the same size: the same batches, so the same values.
             records = request_records(model_input, self.spec)
@@ -185,6 +196,8 @@ class PredictionModel(mlflow.pyfunc.PythonModel):
                 for chunk in records.iter_slices(self.predictor.chunk_rows)
             ]
             predictions, rejected = (pl.concat(frames) for frames in zip(*parts, strict=True))
+        except RefusedRequest:
+            raise
         except DataError as error:
             raise RefusedRequest(str(error)) from None
         except Exception:
