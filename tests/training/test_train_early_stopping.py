@@ -23,20 +23,22 @@ def test_the_best_epoch_is_the_last_that_improved_by_more_than_min_delta():
     # Steps between epoch ends have no validation score.
     history.insert(1, {"step": 15, "loss": 0.9})
     assert best_epoch(history, f1)["step"] == 20  # a tie does not improve
-    assert stop_reason(history, f1) == (
+    assert stop_reason(history, f1, 10) == (
         "validation_macro_f1 not better than 0.7000 (step 20) by more than 0.0 for 2 epoch(s)"
     )
-    assert stop_reason(history[:-1], f1) is None
+    assert stop_reason(history[:-1], f1, 10) is None
+    # A model validated within an epoch, where the time budget ran out, is no epoch: a resume
+    # with a larger budget goes on.
+    spent = [*history[:-1], {"step": 33, "loss": 1.0, "validation_macro_f1": 0.69}]
+    assert stop_reason(spent, f1, 10) is None
     strict = EarlyStoppingSettings.of(metric="validation_macro_f1", patience=2, min_delta=0.25)
     assert best_epoch(history, strict)["step"] == 10
     loss = EarlyStoppingSettings.of(metric="validation_loss", patience=1)
     history = epochs("validation_loss", [0.9, 0.5, 0.6])
     assert best_epoch(history, loss)["step"] == 20
-    assert stop_reason(history, loss) is not None
-    assert (
-        stop_reason(history, EarlyStoppingSettings.of(metric="validation_loss", patience=None))
-        is None
-    )
+    assert stop_reason(history, loss, 10) is not None
+    unlimited = EarlyStoppingSettings.of(metric="validation_loss", patience=None)
+    assert stop_reason(history, unlimited, 10) is None
     assert best_epoch([{"step": 1, "loss": 1.0}], loss) is None
 
 

@@ -284,12 +284,21 @@ def best_epoch(history: list[dict[str, Any]], stopping: EarlyStoppingSettings) -
     return best
 
 
-def stop_reason(history: list[dict[str, Any]], stopping: EarlyStoppingSettings) -> str | None:
-    """Why training stops early, or None while it goes on."""
+def stop_reason(
+    history: list[dict[str, Any]], stopping: EarlyStoppingSettings, steps_per_epoch: int
+) -> str | None:
+    """Why training stops early, or None while it goes on. Patience counts epoch ends: a model
+    validated within an epoch (where the time budget ran out) may be the best, but is no epoch."""
     best = best_epoch(history, stopping)
     if stopping.patience is None or best is None:
         return None
-    since = [r for r in history if r.get(stopping.metric) is not None and r["step"] > best["step"]]
+    since = [
+        r
+        for r in history
+        if r.get(stopping.metric) is not None
+        and r["step"] > best["step"]
+        and r["step"] % steps_per_epoch == 0
+    ]
     if len(since) < stopping.patience:
         return None
     return (
@@ -644,7 +653,8 @@ def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> 
     first_epoch = step // steps_per_epoch if step < stop_step else settings.epochs
     # Stopped early: a resume after the stop trains no further (the last epoch is no stop).
     stopped = (
-        out_of_time(history, settings.max_minutes) or stop_reason(history, settings.early_stopping)
+        out_of_time(history, settings.max_minutes)
+        or stop_reason(history, settings.early_stopping, steps_per_epoch)
         if step < run.total_steps
         else None
     )
@@ -734,7 +744,7 @@ def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> 
                     torch_dist.destroy_process_group()
                     raise TrainingStopped(stop.signum or signal.SIGTERM, step)
                 stopped = spent or (
-                    stop_reason(history, settings.early_stopping)
+                    stop_reason(history, settings.early_stopping, steps_per_epoch)
                     if epoch_end and not last
                     else None
                 )
