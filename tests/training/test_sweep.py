@@ -54,6 +54,13 @@ def test_a_value_the_schema_refuses_names_the_trial_and_the_key():
         config({"head": []})
 
 
+def test_a_key_that_changes_only_how_a_run_goes_is_not_swept():
+    """Trials that differ only in such a key would share one checkpoint folder (its fingerprint
+    leaves them out), and jobs running side by side would overwrite each other's saves."""
+    with pytest.raises(DataError, match=r"sweep.parameters: train.dataloader, train.final_head"):
+        trials(config({"final_head": ["learned", "refit"], "dataloader.num_workers": [0, 2]}))
+
+
 def test_the_best_validation_macro_f1_wins_and_a_tie_goes_to_the_earlier_trial():
     found = trials(config({"learning_rate": [0.1, 0.2, 0.3]}))
     scores = {"learning_rate~0.1": 0.5, "learning_rate~0.2": 0.7, "learning_rate~0.3": 0.7}

@@ -437,7 +437,8 @@ def kept_accumulation(
             f"{directory} was written by {written_by} process(es) with a global batch of"
             f" {global_batch} rows; {world_size} process(es) of {settings.per_device_batch_size}"
             f" rows cannot keep it ({global_batch} is not a multiple of {per_step}). Resume on a"
-            " process count that divides it, or change train.per_device_batch_size"
+            " process count that divides it (another train.per_device_batch_size starts a new"
+            " run from step 0)"
         )
     kept = global_batch // per_step
     if written_by != world_size:

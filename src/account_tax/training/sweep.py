@@ -24,6 +24,7 @@ import polars as pl
 from account_tax.errors import DataError, writing
 from account_tax.io import write_json
 from account_tax.settings import SectionView, complete
+from account_tax.training.settings import RUN_ONLY_KEYS
 from account_tax.training.sweep_plot import plot_trials
 
 SELECTED_BY = "validation_macro_f1"
@@ -91,6 +92,13 @@ def trials(config: Mapping[str, Any]) -> list[Trial]:
     sweep = SweepSettings.of(config["sweep"])
     if not sweep.parameters:
         return []
+    run_only = sorted({key.split(".")[0] for key in sweep.parameters} & RUN_ONLY_KEYS)
+    if run_only:
+        raise DataError(
+            f"sweep.parameters: {', '.join(f'train.{key}' for key in run_only)} change how a run"
+            " goes, not what it learns: trials that differ only there would share one checkpoint"
+            " folder; set them in the train section"
+        )
     found = []
     for values in combinations(sweep):
         name = "__".join(f"{key}~{value_text(value)}" for key, value in values.items())
