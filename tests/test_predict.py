@@ -94,10 +94,21 @@ def test_no_rows_to_review_give_an_empty_file_with_every_column(tmp_path):
 
 
 def test_an_onnx_model_is_used_only_if_its_check_passed(tmp_path, caplog):
-    record = {"runtime": "onnx-int8", "top1_agreement": 0.97, "ece_change": 0.02, "passed": False}
+    record = {
+        "runtime": "onnx-int8",
+        "rows": 40,
+        "top1_agreement": 0.97,
+        "ece_change": 0.02,
+        "passed": False,
+    }
     (tmp_path / "check.json").write_text(json.dumps(record))
     assert checked_onnx_model(tmp_path) is None
     assert "failed its check on validation (top-1 agreement 0.9700" in caplog.text
     assert "predicting with PyTorch" in caplog.text
     (tmp_path / "check.json").write_text(json.dumps(record | {"passed": True}))
     assert checked_onnx_model(tmp_path) == tmp_path / "model.onnx"
+    # No validation rows (split.validation_fraction 0): nothing checked it, so PyTorch predicts.
+    unchecked = {"runtime": "onnx", "rows": 0, "passed": False}
+    (tmp_path / "check.json").write_text(json.dumps(unchecked))
+    assert checked_onnx_model(tmp_path) is None
+    assert "no validation rows checked the onnx model: predicting with PyTorch" in caplog.text

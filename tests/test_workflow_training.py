@@ -1371,6 +1371,10 @@ def test_an_int8_onnx_model_is_smaller_and_judged_by_the_same_check(trained, tmp
     record = check_runtime(model, exported["onnx-int8"], validation, settings, 64, 1)
     assert 0 <= record["top1_agreement"] <= 1 and record["ece_change"] >= 0
     assert record["passed"] == (record["top1_agreement"] >= 0.995 and record["ece_change"] <= 0.005)
+    empty = tmp_path / "validation.parquet"
+    pl.read_parquet(validation).clear().write_parquet(empty)
+    record = check_runtime(model, exported["onnx"], empty, settings, 64, 1)
+    assert record == {"runtime": "onnx-int8", "rows": 0, "passed": False}
 
 
 def test_the_review_workbook_of_the_predict_rule_filled_in_is_a_corrections_file(trained, tmp_path):

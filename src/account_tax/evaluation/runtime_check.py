@@ -42,6 +42,11 @@ def check_runtime(
     classifier = load_classifier(model_dir)
     split = read_split(validation, len(classifier.labels))
     texts, y_true = split[TEXT].to_list(), split[LABEL_ID].to_numpy()
+    if not texts:
+        # split.validation_fraction 0: nothing to compare the runtimes on, so PyTorch predicts.
+        record = {"runtime": settings.runtime, "rows": 0, "passed": False}
+        log.warning("runtime check: no validation rows to check the %s model on", settings.runtime)
+        return record
     max_length = read_training_info(model_dir)["settings"]["max_length"]
     temperature = model_temperature(model_dir)
     started = time.perf_counter()
@@ -84,6 +89,13 @@ def checked_onnx_model(folder: Path) -> Path | None:
     record = json.loads((folder / CHECK).read_text(encoding="utf-8"))
     if record["passed"]:
         return folder / ONNX_MODEL
+    if not record["rows"]:
+        log.warning(
+            "%s: no validation rows checked the %s model: predicting with PyTorch",
+            folder,
+            record["runtime"],
+        )
+        return None
     log.warning(
         "%s: the %s model failed its check on validation (top-1 agreement %.4f, ECE change "
         "%.4f): predicting with PyTorch",
