@@ -231,9 +231,11 @@ def evaluate(
     settings: TrainSettings,
     dist: Distributed,
     buckets: tuple[int, ...] | None,
+    postable: torch.Tensor,
 ) -> dict[str, float]:
     """Weighted loss (the training objective), accuracy and macro-F1 (over the classes in the
-    split, as evaluate computes it) over the whole split, and its seconds, all ranks."""
+    split, as evaluate computes it) over the whole split, and its seconds, all ranks. A row is
+    predicted among the accounts that take postings (`postable`), as predict and evaluate do."""
     begun = time.perf_counter()
     batches, counted = evaluation_batches(
         split.lengths, settings.per_device_batch_size, dist.world_size, dist.rank
@@ -243,6 +245,7 @@ def evaluate(
     num_labels = len(weights)
     # Per class: true positives, predictions, true rows.
     counts = torch.zeros(3, num_labels, dtype=torch.float64, device=dist.device)
+    unpostable = ~postable.to(dist.device)
     engine.eval()
     for index, batch in enumerate(watched(loader, settings.dataloader, "validation")):
         batch = on_device(batch, dist.device, engine.is_compiled)
@@ -250,7 +253,7 @@ def evaluate(
         if index < counted:
             labels = batch["labels"]
             weight_sum = weights.to(dist.device)[labels].sum().double()
-            predicted = logits.argmax(dim=-1)
+            predicted = logits.masked_fill(unpostable, float("-inf")).argmax(dim=-1)
             correct = (predicted == labels).sum().double()
             rows = torch.tensor(len(labels), dtype=torch.float64, device=dist.device)
             totals[:4] += torch.stack([loss.double() * weight_sum, weight_sum, correct, rows])
@@ -712,6 +715,7 @@ def run_epochs(run: TrainingRun, settings: TrainSettings, paths: TrainPaths) -> 
                         settings,
                         dist,
                         run.buckets,
+                        torch.from_numpy(run.label_map.postable_mask()),
                     )
                 history.append(record)
                 if dist.is_main:
