@@ -214,21 +214,26 @@ def test_same_seed_gives_the_same_model_on_any_thread_count(trained, tmp_path):
     assert pl.read_parquet(again.predictions).equals(pl.read_parquet(paths.predictions))
 
 
-def test_a_fit_in_another_process_writes_the_same_model_file(trained, tmp_path):
-    """The same split and seed give the same model.joblib, byte for byte, in a new process on
-    two threads: nothing of the fitting process (such as an object's memory address) is kept."""
+def test_two_baseline_jobs_on_the_same_split_write_the_same_model_file(trained, tmp_path):
+    """The same split and seed give the same model.joblib, byte for byte, in two new processes
+    (as two runs of the baseline job) on one thread and on two: nothing of the fitting process
+    (a thread count, an object's memory address) is kept. Compared between new processes: in a
+    process that did other work before, pickle may share an equal object another does not."""
     paths, _ = trained
-    again = output_paths(paths.train.parent, tmp_path)
     fit = (
         "import sys; from pathlib import Path;"
         "from account_tax.evaluation.baseline import"
         " BaselinePaths, BaselineSettings, train_baseline;"
-        "train_baseline(BaselinePaths(*map(Path, sys.argv[1:])), BaselineSettings.of(), threads=2)"
+        "paths = BaselinePaths(*map(Path, sys.argv[2:]));"
+        "train_baseline(paths, BaselineSettings.of(), threads=int(sys.argv[1]))"
     )
-
-    subprocess.run([sys.executable, "-c", fit, *map(str, vars(again).values())], check=True)
-
-    assert again.model.read_bytes() == paths.model.read_bytes()
+    written = []
+    for threads in (1, 2):
+        again = output_paths(paths.train.parent, tmp_path / str(threads))
+        command = [sys.executable, "-c", fit, str(threads), *map(str, vars(again).values())]
+        subprocess.run(command, check=True)
+        written.append(again.model.read_bytes())
+    assert written[0] == written[1]
 
 
 def test_an_empty_validation_split_scores_as_undefined(trained, tmp_path):
