@@ -1,6 +1,8 @@
 """The corrections tests' ledger and files: the small ledger cleaned, predict's rows to review,
 and corrections applied with their outputs in one folder."""
 
+import dataclasses
+
 import polars as pl
 from sample_ledger import ledger_config, small_ledger
 
@@ -8,24 +10,30 @@ from account_tax.data.clean import CleanSettings, clean
 from account_tax.data.corrections import apply_corrections
 from account_tax.data.ingest import ingest
 from account_tax.data.spec import DataSpec
+from account_tax.io import write_json
 from account_tax.settings import complete
 
 OPTIONS = CleanSettings.of({"case": "lower"})
 
 
+CLEAN_COUNTS = "clean-counts.json"
+
+
 def clean_ledger(folder, classes):
-    """The small ledger through ingest and clean in `folder`, and its spec with `classes`."""
+    """The small ledger through ingest and clean in `folder` (clean's counts in CLEAN_COUNTS, as
+    the correct job reads them), and its spec with `classes`."""
     small_ledger(folder / "ledger.csv")
     config = complete(ledger_config(folder / "ledger.csv", classes=classes))
     spec = DataSpec.from_config(config)
     ingest(spec, folder / "ingested.parquet", folder / "ledger.csv")
-    clean(
+    counts = clean(
         folder / "ingested.parquet",
         spec,
         folder / "clean.parquet",
         folder / "clean-rejects.parquet",
         CleanSettings.of(config["clean"]),
     )
+    write_json(folder / CLEAN_COUNTS, dataclasses.asdict(counts))
     return spec, folder / "clean.parquet"
 
 

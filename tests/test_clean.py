@@ -1,6 +1,6 @@
 import polars as pl
 import pytest
-from sample_ledger import ledger_row, ledger_spec
+from sample_ledger import LEDGER_COLUMNS, ledger_row, ledger_spec
 
 import account_tax.data.clean
 from account_tax.data.clean import (
@@ -141,10 +141,48 @@ def test_distinct_rows_with_colliding_hashes_are_kept(tmp_path, write_csv, monke
     assert ROW_HASH not in frame.columns
 
 
-def test_duplicates_kept_when_configured(tmp_path, write_csv):
-    rows = [ledger_row(1), ledger_row(1)]
-    counts, _, _ = run_clean(tmp_path, write_csv(rows), drop_duplicates=False)
-    assert (counts.rows_out, counts.duplicates) == (2, 0)
+def test_duplicates_kept_when_configured_unless_they_share_an_id(tmp_path, write_csv):
+    path = write_csv([ledger_row(1), ledger_row(1)])
+    without_ids = ledger_spec(path, columns=LEDGER_COLUMNS | {"id": None})
+    counts, _, _ = run_clean(tmp_path, path, drop_duplicates=False, spec=without_ids)
+    assert (counts.rows_out, counts.rejected, counts.duplicates) == (2, 0, 0)
+    counts, _, rejects = run_clean(tmp_path, path, drop_duplicates=False)
+    assert (counts.rows_out, counts.rejected, counts.duplicates) == (1, 1, 0)
+    assert rejects.get_column(REASON).to_list() == [
+        "duplicate id 'E00001' in column 'entry_id', first in row 1"
+    ]
+
+
+@pytest.mark.parametrize("drop_duplicates", [True, False])
+def test_a_later_record_of_an_id_is_rejected_as_read_naming_the_first(
+    tmp_path, write_csv, drop_duplicates
+):
+    # Rows 2 and 5 differ from row 1 and 4 repeats it; row 6's id becomes row 3's once cleaned.
+    rows = [
+        ledger_row(1),
+        ledger_row(1, memo="Office chairs, credit note", amount="-1234.50"),
+        ledger_row(3, memo=None),
+        ledger_row(1),
+        ledger_row(1, account="4210"),
+        ledger_row(3, entry_id=" E00003\t"),
+        ledger_row(7, amount="twelve"),
+    ]
+    counts, frame, rejects = run_clean(tmp_path, write_csv(rows), drop_duplicates=drop_duplicates)
+    assert frame.get_column("source_row").to_list() == [1, 3]
+    first_of_1 = "duplicate id 'E00001' in column 'entry_id', first in row 1"
+    repeat = [] if drop_duplicates else [(4, first_of_1)]
+    assert list(zip(rejects["source_row"], rejects[REASON], strict=True)) == [
+        (2, first_of_1),
+        *repeat,
+        (5, first_of_1),
+        (6, "duplicate id 'E00003' in column 'entry_id', first in row 3"),
+        (7, "unparseable number (format 1234.5) in column 'amount': 'twelve'"),
+    ]
+    # As read, as every reject: the id with its blanks, the amount as written.
+    assert rejects.filter(pl.col("source_row") == 6)["entry_id"].item() == " E00003\t"
+    assert rejects.filter(pl.col("source_row") == 2)["amount"].item() == "-1234.50"
+    assert set(rejects["source_file"]) == {str(tmp_path / "ledger.csv")}
+    assert (counts.rows_in, counts.duplicates) == (7, int(drop_duplicates))
 
 
 @pytest.mark.parametrize(
@@ -152,6 +190,12 @@ def test_duplicates_kept_when_configured(tmp_path, write_csv):
     [
         ({"amount": "12,34x"}, "unparseable number (format 1234.5) in column 'amount': '12,34x'"),
         ({"amount": "inf"}, "unparseable number (format 1234.5) in column 'amount': 'inf'"),
+        ({"amount": "+nan"}, "unparseable number (format 1234.5) in column 'amount': '+nan'"),
+        (
+            {"date": "24-03-15"},
+            "date before the year 1000 (format %Y-%m-%d; a two-digit year?) in column 'date':"
+            " '24-03-15'",
+        ),
         (
             {"date": "2024-13-45"},
             "unparseable date (format %Y-%m-%d) in column 'date': '2024-13-45'",
@@ -160,6 +204,10 @@ def test_duplicates_kept_when_configured(tmp_path, write_csv):
         ({"account": "NaN"}, "missing label in column 'account'"),
         ({"entry_id": ""}, "missing id in column 'entry_id'"),
         ({"entry_id": "  \t "}, "missing id in column 'entry_id'"),
+        (
+            {"memo": " ", "vendor": "", "amount": "", "date": ""},
+            "no value in any of the columns 'memo', 'vendor', 'amount', 'date'",
+        ),
     ],
 )
 def test_bad_values_go_to_rejects_with_row_and_column(tmp_path, write_csv, overrides, reason):
@@ -249,6 +297,19 @@ def test_labels_not_required_for_new_records(tmp_path, write_csv):
     counts, frame, _ = run_clean(tmp_path, path, require_label=False)
     assert counts.rows_out == 2
     assert frame.get_column("account").to_list() == [None, "4930"]
+
+
+def test_a_new_record_without_any_value_is_a_reject_not_a_suggestion(tmp_path, write_csv):
+    """A blank line a spreadsheet left at the end: nothing to suggest an account from."""
+    blank = dict.fromkeys(ledger_row(2), "")
+    path = write_csv([ledger_row(1, account=""), blank])
+    counts, frame, rejects = run_clean(tmp_path, path, require_label=False)
+    assert (counts.rows_out, counts.rejected) == (1, 1)
+    assert frame.get_column("source_row").to_list() == [1]
+    assert rejects.get_column(REASON).to_list() == [
+        "missing id in column 'entry_id'; no value in any of the columns 'memo', 'vendor',"
+        " 'amount', 'date'"
+    ]
 
 
 def test_missing_column_in_clean_input_names_file_and_column(tmp_path, write_csv):

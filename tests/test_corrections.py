@@ -2,6 +2,7 @@
 correction of a record counts, and predict's review file reads as a corrections file."""
 
 import dataclasses
+import datetime
 import json
 import re
 
@@ -15,6 +16,7 @@ from account_tax.data.corrections import LEDGER_LABEL, apply_corrections, correc
 from account_tax.data.ingest import ingest
 from account_tax.data.spec import LABEL_SOURCE, DataSpec
 from account_tax.errors import DataError
+from account_tax.evaluation.predict import Predictor, check_record_columns
 from account_tax.evaluation.prediction_parts import write_review_csv
 from account_tax.settings import complete
 
@@ -158,8 +160,13 @@ def test_predicts_review_file_is_a_corrections_file_once_its_account_is_filled_i
 
     assert (counts.applied, counts.rejected) == (2, 0)
     corrected = pl.read_parquet(tmp_path / "corrected.parquet")
-    assert corrected.filter(pl.col("entry_id") == "E00001")["account"].item() == "4210"
-    assert ledger_row(1)["entry_id"] == "E00001"
+    reviewed_rows = corrected.filter(pl.col("entry_id").is_in(["E00001", "E00002"])).sort(
+        "entry_id"
+    )
+    # The ledger booked both to 4930: one moved, one confirmed.
+    assert reviewed_rows["account"].to_list() == ["4210", "4930"]
+    assert reviewed_rows["label_source"].to_list() == ["correction", "correction"]
+    assert corrected.filter(pl.col("label_source") == "correction").height == 2
 
 
 def test_a_reviewed_record_the_ledger_lacks_joins_it_cleaned(ledger, tmp_path):
@@ -220,6 +227,55 @@ def test_a_reviewed_records_amount_reads_in_the_ledgers_number_format(ledger, tm
     ]
 
 
+def test_a_typed_parquet_records_date_and_amount_come_back_from_review_as_read(ledger, tmp_path):
+    """Records predicted from a Parquet file with a datetime and a float: the review row writes
+    them as data.date_format and data.number_format read them, so the reviewed record joins the
+    ledger, as it was, where the file's types written as text were rejects."""
+    spec, records = ledger
+    spec = dataclasses.replace(spec, number_format="1.234,5", date_format="%d.%m.%Y")
+    config = complete(ledger_config(tmp_path / "ledger.csv", classes=CLASSES))
+    predictor = Predictor(spec, config, None, None, k=1, evidence_k=1, chunk_rows=10)
+    typed = pl.DataFrame(
+        {
+            "source_row": [1],
+            **{key: [value] for key, value in ledger_row(500).items()},
+        }
+    ).with_columns(
+        pl.datetime(2024, 3, 15, 9, 30).alias("date"),
+        pl.lit(1234.56).alias("amount"),
+        pl.lit(None, dtype=pl.String).alias("account"),
+    )
+
+    rows, rejected = predictor.serialized(typed, "new.parquet")
+    assert rejected.height == 0
+    assert rows.select("date", "amount").row(0) == ("15.03.2024", "1234,56")
+    rows.with_columns(pl.lit("4210").alias("account")).write_parquet(tmp_path / "r.parquet")
+    counts = apply_in(tmp_path, records, [tmp_path / "r.parquet"], spec)
+
+    assert (counts.added, counts.rejected) == (1, 0)
+    joined = pl.read_parquet(tmp_path / "corrected.parquet").filter(pl.col("entry_id") == "E00500")
+    assert joined.select("date", "amount", "account").row(0) == (
+        datetime.date(2024, 3, 15),
+        1234.56,
+        "4210",
+    )
+
+
+def test_a_data_column_named_like_one_of_predicts_is_refused(tmp_path):
+    """Its value would be predict's in the review file, and a reviewed row would bring back
+    another record: `text` (the serialized text) here. An id column named `id` is predict's
+    own `id`, and fine."""
+    columns = {"id": "id", "label": "account", "text": ["memo", "text"]}
+    config = complete(ledger_config(tmp_path / "ledger.csv", columns=columns))
+    with pytest.raises(DataError, match=r"`data.columns`: 'text' named like a column that predict"):
+        check_record_columns(DataSpec.from_config(config))
+    config["data"]["columns"]["text"] = ["memo"]
+    check_record_columns(DataSpec.from_config(config))
+    config["data"]["columns"]["label"] = "confidence"
+    with pytest.raises(DataError, match=r"'confidence' named like a column that predict"):
+        check_record_columns(DataSpec.from_config(config))
+
+
 def test_a_review_file_saved_in_the_spreadsheets_code_page_reads_with_data_encoding(
     ledger, tmp_path
 ):
@@ -278,9 +334,35 @@ def test_leading_zeros_a_spreadsheet_dropped_are_put_back_where_one_code_fits(tm
     }
     (refused,) = pl.read_parquet(tmp_path / "rejects.parquet")[REASON]
     assert refused == "unknown class '42' in column 'account' (not in data.classes)"
-    track = pl.read_parquet(tmp_path / "track_record.parquet").sort("entry_id")
+    track = pl.read_parquet(tmp_path / "track_record.parquet").sort("id")
     assert track["predicted_label"].to_list() == ["0420", "4930", "0500"]
     assert track["right"].to_list() == [True, False, False]
+
+
+def test_a_parquet_review_file_keeps_its_ids_and_accounts_as_written(tmp_path):
+    """Parquet keeps text as text: its 101 is another id than the ledger's 00101, and its
+    account 420 another than 0420, not a spreadsheet's dropped zeros."""
+    rows = [ledger_row(1, entry_id="00101", account="4930")]
+    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_csv(tmp_path / "l.csv")
+    spec = DataSpec.from_config(
+        complete(ledger_config(tmp_path / "l.csv", classes=["0420", "4930"]))
+    )
+    ingest(spec, tmp_path / "ingested.parquet")
+    records = tmp_path / "clean.parquet"
+    clean(tmp_path / "ingested.parquet", spec, records, tmp_path / "r.parquet", OPTIONS)
+    review_file(["101", "00101"], ["4930", "4930"], [0.5] * 2, [False] * 2).with_columns(
+        pl.Series("account", ["4930", "420"])
+    ).write_parquet(tmp_path / "reviewed.parquet")
+
+    counts = apply_in(tmp_path, records, [tmp_path / "reviewed.parquet"], spec)
+
+    assert (counts.applied, counts.rejected) == (0, 2)
+    assert sorted(pl.read_parquet(tmp_path / "rejects.parquet")[REASON].to_list()) == [
+        "no record with id '101' in the ledger, and the file lacks a record's columns",
+        "unknown class '420' in column 'account' (not in data.classes)",
+    ]
+    corrected = pl.read_parquet(tmp_path / "corrected.parquet")
+    assert dict(corrected.select("entry_id", "account").iter_rows()) == {"00101": "4930"}
 
 
 def test_reviewed_suggestions_make_the_track_record(ledger, tmp_path, caplog):
@@ -313,8 +395,8 @@ def test_reviewed_suggestions_make_the_track_record(ledger, tmp_path, caplog):
 
     assert (counts.applied, counts.superseded, counts.track_record) == (5, 1, 3)
     assert "1 corrections come from files that say what was suggested, but not" in caplog.text
-    rows = pl.read_parquet(tmp_path / "track_record.parquet").sort("entry_id")
-    assert rows["entry_id"].to_list() == ["E00001", "E00002", "E00003"]
+    rows = pl.read_parquet(tmp_path / "track_record.parquet").sort("id")
+    assert rows["id"].to_list() == ["E00001", "E00002", "E00003"]
     assert rows["predicted_label"].to_list() == ["4930", "4210", "4400"]
     assert rows["account"].to_list() == ["4930", "4930", "4400"]
     assert rows["right"].to_list() == [True, False, True]
@@ -390,7 +472,7 @@ def test_a_review_file_saved_by_a_spreadsheet_with_its_locales_separators_reads(
     counts = apply_in(tmp_path, records, [tmp_path / "reviewed.csv"], spec)
 
     assert (counts.applied, counts.rejected, counts.track_record) == (2, 0, 2)
-    rows = pl.read_parquet(tmp_path / "track_record.parquet").sort("entry_id")
+    rows = pl.read_parquet(tmp_path / "track_record.parquet").sort("id")
     assert rows["confidence"].to_list() == pytest.approx([0.97, 0.5], abs=1e-6)
     assert rows["right"].to_list() == [True, False]
     assert rows["novel"].to_list() == [False, True]
@@ -478,6 +560,65 @@ def test_slashed_dates_that_read_in_either_order_are_not_guessed(ledger, tmp_pat
         "unparseable date (format %Y-%m-%d) in column 'date': '3/5/2024'",
         "unparseable time in column 'reviewed_at': '3/5/2026' (an ISO date or time)",
     ]
+
+
+def test_two_digit_years_are_not_read_as_the_first_century(ledger, tmp_path):
+    """A spreadsheet that shortens years (15/03/24, 24/03/15) gives dates no four-digit form reads
+    as they were: a new record on one is a reject, not a record of the year 24, and a review time
+    on one is a reject, not the year 15 that a later correction of the record would beat."""
+    spec, records = ledger
+    rows = [
+        ledger_row(500, date="15/03/24") | {"reviewed_at": ""},
+        ledger_row(501, date="2024-03-15") | {"reviewed_at": ""},
+        ledger_row(1, account="4210") | {"reviewed_at": "24/03/15"},
+    ]
+    corrections_file(tmp_path / "reviewed.csv", rows)
+
+    counts = apply_in(tmp_path, records, [tmp_path / "reviewed.csv"], spec)
+
+    assert (counts.added, counts.applied, counts.rejected) == (1, 0, 2)
+    assert sorted(pl.read_parquet(tmp_path / "rejects.parquet")[REASON].to_list()) == [
+        "unparseable date (format %Y-%m-%d) in column 'date': '15/03/24'",
+        "unparseable time in column 'reviewed_at': '24/03/15' (an ISO date or time)",
+    ]
+
+
+def test_an_id_a_spreadsheet_rounded_is_a_reject_not_a_new_record(ledger, tmp_path):
+    """A spreadsheet shows a 12-digit id as 1,23457E+11 and saves the review CSV so: neither row
+    is a new record (the real ones would keep their accounts) nor supersedes the other."""
+    spec, records = ledger
+    rounded = "1,23457E+11"
+    rows = [
+        ledger_row(500, entry_id=rounded, account="4930") | {"reviewed_at": ""},
+        ledger_row(501, entry_id=rounded, account="4210") | {"reviewed_at": ""},
+        ledger_row(502, entry_id="2.5e3", account="4210") | {"reviewed_at": ""},
+    ]
+    corrections_file(tmp_path / "reviewed.csv", rows, ";")
+
+    counts = apply_in(tmp_path, records, [tmp_path / "reviewed.csv"], spec)
+
+    assert (counts.added, counts.superseded, counts.rejected) == (0, 0, 3)
+    reasons = pl.read_parquet(tmp_path / "rejects.parquet")[REASON].to_list()
+    assert reasons[0] == (
+        f"id '{rounded}' is a number a spreadsheet rounded, not the ledger's id: save the review"
+        " file as a workbook (predict.review_format: xlsx) or keep the id column as text"
+    )
+    assert all("a spreadsheet rounded" in reason for reason in reasons)
+
+
+def test_an_id_with_an_e_in_a_parquet_file_is_a_new_record(ledger, tmp_path):
+    """Parquet keeps an id as written: 2024E001 is an invoice's number, not a rounded one."""
+    spec, records = ledger
+    rows = [ledger_row(500, entry_id="2024E001", account="4930") | {"reviewed_at": None}]
+    pl.DataFrame(rows, schema=dict.fromkeys(rows[0], pl.String)).write_parquet(
+        tmp_path / "reviewed.parquet"
+    )
+
+    counts = apply_in(tmp_path, records, [tmp_path / "reviewed.parquet"], spec)
+
+    assert (counts.added, counts.rejected) == (1, 0)
+    corrected = pl.read_parquet(tmp_path / "corrected.parquet")
+    assert corrected.filter(pl.col("entry_id") == "2024E001")["account"].item() == "4930"
 
 
 def test_review_times_in_any_iso_form_are_compared_as_moments(ledger, tmp_path):

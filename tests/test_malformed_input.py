@@ -87,7 +87,8 @@ def test_record_numbers_and_physical_lines_differ_by_multiline_fields(tmp_path):
     assert frame.get_column("source_row").to_list() == [1, 2, 5]
     assert frame.get_column("memo").to_list()[1] == "office chairs second line"
     assert dict(zip(*rejects.select("source_row", REASON), strict=True)) == {
-        3: "missing id in column 'entry_id'; missing label in column 'account'",
+        3: "missing id in column 'entry_id'; no value in any of the columns 'memo', 'vendor',"
+        " 'amount', 'date'; missing label in column 'account'",
         4: "line 6: 7 fields, expected 6",
     }
 

@@ -86,6 +86,15 @@ def test_unknown_field_names_the_file_and_column(tmp_path, split_file):
         run(tmp_path, split_file, {"fields": [{"column": "colour"}]})
 
 
+@pytest.mark.parametrize("column", ["account", "label_source"])
+def test_a_field_that_gives_the_account_away_is_refused(tmp_path, split_file, column):
+    """The label, or where it came from, in the text: the model would read the answer off it."""
+    fields = {"fields": [{"column": "memo"}, {"column": column}]}
+    with pytest.raises(DataError, match=rf"`serialize.fields` names '{column}', which gives"):
+        run(tmp_path, split_file, fields)
+    assert not (tmp_path / "out.parquet").exists()
+
+
 def test_label_missing_from_label_map_names_the_row(tmp_path, split_file):
     _, label_map = split_file
     write_label_map(label_map, ["4930"])

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import subprocess
@@ -75,7 +76,7 @@ def test_zero_validation_fraction_gives_no_validation_rows():
 
 
 def test_min_class_size_must_leave_a_training_row():
-    with pytest.raises(ValueError, match="must exceed the number of held-out splits"):
+    with pytest.raises(DataError, match="must exceed the number of held-out splits"):
         assign_splits(labels({"a": 10}), SplitSettings.of({"min_class_size": 2}))
 
 
@@ -169,6 +170,38 @@ def test_a_warm_starts_split_keeps_what_its_model_learned_in_train(tmp_path):
     }
     assert (report["learned_rows"], report["learned_rows_moved_to_train"]) == (240, 0)
     assert json.loads((tmp_path / "warm" / "split_report.json").read_text()) == report
+
+
+def test_a_warm_start_holds_out_no_class_its_model_has_learned(tmp_path):
+    """Held out, a class's rows all go to test, the learned ones too: only the classes the model
+    has no learned row of are drawn, and naming another is refused."""
+    accounts = ["4930"] * 30 + ["4210"] * 30 + ["4400"] * 30
+    pl.DataFrame(
+        {
+            "source_row": range(1, 91),
+            "entry_id": [f"e{i}" for i in range(90)],
+            "account": accounts,
+        }
+    ).write_parquet(tmp_path / "records.parquet")
+    spec = DataSpec.from_config(ledger_config(tmp_path / "x.csv"))
+    options = SplitSettings.of({"seed": 3})
+    # The model learned a few rows of 4930 and 4210.
+    learned = pl.Series(["e0", "e1", "e30", "e31"])
+    for seed in range(5):
+        report = split(
+            tmp_path / "records.parquet",
+            spec,
+            dataclasses.replace(options, seed=seed),
+            tmp_path / f"s{seed}",
+            1,
+            learned,
+        )
+        assert report["holdout_classes"] == ["4400"]
+        assert not split_ids(tmp_path / f"s{seed}")["test"] & set(learned)
+    with pytest.raises(DataError, match=r"names \['4930'\], which the model that train.init_from"):
+        split(tmp_path / "records.parquet", spec, options, tmp_path / "n", ("4930",), learned)
+    with pytest.raises(DataError, match=r"only 1 classes .* no row the model of train.init_from"):
+        split(tmp_path / "records.parquet", spec, options, tmp_path / "t", 2, learned)
 
 
 def test_learned_records_stay_in_train_even_where_too_few_others_are_left(tmp_path):
@@ -314,9 +347,7 @@ def test_time_split_with_no_validation_fraction():
 
 def test_time_split_needs_a_date_for_every_split():
     dates = pl.Series("date", [date(2024, 1, 1)] * 5 + [date(2024, 1, 2)] * 5)
-    with pytest.raises(
-        ValueError, match=r"needs at least 3 distinct dates in column 'date'.*has 2"
-    ):
+    with pytest.raises(DataError, match=r"needs at least 3 distinct dates in column 'date'.*has 2"):
         assign_time_splits(dates, SplitSettings.of())
     # A held-out split gets its date even when its share would round to none.
     assert assign_time_splits(dates, SplitSettings.of({"validation_fraction": 0})).to_list() == (
@@ -384,7 +415,7 @@ def test_group_split_places_rows_without_a_group_like_the_stratified_split():
 def test_group_split_needs_enough_groups():
     series = labels({"a": 30, "b": 30})
     groups = pl.Series("vendor", ["one"] * 30 + ["two"] * 30)
-    with pytest.raises(ValueError, match=r"'vendor' has too few groups.*'validation'"):
+    with pytest.raises(DataError, match=r"'vendor' has too few groups.*'validation'"):
         assign_group_splits(series, groups, SplitSettings.of())
 
 
@@ -480,14 +511,14 @@ def test_group_split_report(tmp_path):
     [
         ({"strategy": "time"}, "needs split.date_column to name one of the data's date columns"),
         ({"strategy": "time", "date_column": "vendor"}, r"data.columns.date: \['date'\]"),
-        ({"strategy": "group"}, "needs split.group_column to name a column of the records"),
+        ({"strategy": "group"}, "needs split.group_column to name a column of the records$"),
         ({"strategy": "group", "group_column": "customer"}, "not 'customer'"),
         ({"strategy": "group", "group_column": "account"}, "cannot be the label column"),
     ],
 )
 def test_configuration_errors(tmp_path, options, message):
     source, spec = write_ledger(tmp_path, ledger_rows(20))
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(DataError, match=message):
         split(source, spec, SplitSettings.of(options), tmp_path / "split", 0)
     assert not (tmp_path / "split").exists()
 

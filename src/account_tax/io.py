@@ -169,6 +169,9 @@ SPREADSHEET_BOOLEANS = {
 # 15.03.2024 in German, 2024/3/15 in Japanese, 15/03/2024 in French or British English and
 # 3/15/2024 in American English.
 ISO_DATE = "%Y-%m-%d"
+# A ledger's dates are later than this: an earlier year is a misread one (`%Y` reads the year
+# of 15.03.24 as 24).
+EARLIEST_YEAR = 1000
 SPREADSHEET_DATES = (ISO_DATE, "%d.%m.%Y", "%Y/%m/%d")
 SLASHED_DATES = ("%d/%m/%Y", "%m/%d/%Y")
 SLASHED = r"^\d{1,2}/\d{1,2}/\d{4}$"
@@ -272,7 +275,10 @@ def spreadsheet_dates(
             if slashed.select(date.str.to_date(order, strict=False).is_not_null().all()).item()
         ]
         forms = SPREADSHEET_DATES + (tuple(orders) if len(orders) == 1 else ())
-        read = pl.coalesce(date.str.to_date(form, strict=False) for form in forms)
+        read = pl.coalesce(
+            pl.when(read.dt.year() >= EARLIEST_YEAR).then(read)
+            for read in (date.str.to_date(form, strict=False) for form in forms)
+        )
         rewritten.append(
             pl.when(text.str.to_date(date_format, strict=False).is_null() & read.is_not_null())
             .then(pl.concat_str(read.dt.strftime(date_format), time.fill_null("")))

@@ -1,4 +1,5 @@
-"""Clean: enforce each column's type by its role, normalise text, drop exact duplicates.
+"""Clean: enforce each column's type by its role, normalise text, drop exact duplicates, reject
+a second record of an id.
 
 Every input row ends in exactly one of: the clean output, the rejects file (with a `reason` that
 names the column and the value), or the duplicate count. The three are checked to add up.
@@ -19,7 +20,13 @@ import polars as pl
 from account_tax.data.ingest import RECORD_PROBLEM, SOURCE_FILE_KEY
 from account_tax.data.spec import LABEL_TRIM, DataSpec
 from account_tax.errors import DataError
-from account_tax.io import is_utf8, parquet_rows, require_columns, write_parquet, write_parquets
+from account_tax.io import (
+    EARLIEST_YEAR,
+    is_utf8,
+    parquet_rows,
+    require_columns,
+    write_parquets,
+)
 from account_tax.settings import SOURCE_ROW, SectionView
 
 log = logging.getLogger(__name__)
@@ -162,6 +169,22 @@ def written_number(value: pl.Expr, number_format: str) -> pl.Expr:
     return value.cast(pl.String).str.replace(".", decimal_separator(number_format), literal=True)
 
 
+def written_columns(schema: pl.Schema, spec: DataSpec, columns: Sequence[str]) -> list[pl.Expr]:
+    """`columns` as text that clean reads back as the values they are: a date or a number that a
+    Parquet or Excel file typed is written as data.date_format or data.number_format read it,
+    anything else as it stands."""
+
+    def written(column: str) -> pl.Expr:
+        dtype = schema[column]
+        if column in spec.date and dtype.is_temporal():
+            return pl.col(column).dt.strftime(spec.date_format)
+        if column in spec.numeric and dtype.is_numeric():
+            return written_number(pl.col(column), spec.number_format)
+        return pl.col(column).cast(pl.String)
+
+    return [written(column).alias(column) for column in columns]
+
+
 def later_duplicates(records: pl.LazyFrame, columns: Sequence[str]) -> pl.Series:
     """Positions of the rows of `records` equal in all `columns` to an earlier row.
 
@@ -178,6 +201,47 @@ def later_duplicates(records: pl.LazyFrame, columns: Sequence[str]) -> pl.Series
     )
     repeated = candidates.filter(~pl.struct(columns).is_first_distinct())
     return repeated.get_column(POSITION)
+
+
+def taken_ids(records: pl.LazyFrame, id_column: str) -> pl.DataFrame:
+    """The rows of `records` whose id an earlier row has: their SOURCE_ROW and REASON.
+
+    `records` carries each row's position in POSITION. Only each id's count and first position
+    are held for every id; the rows of the few shared ones are then collected.
+    """
+    count, first, first_row = "__rows", "__first", "__first_row"
+    ids = records.group_by(id_column).agg(
+        pl.len().alias(count), pl.col(POSITION).min().alias(first)
+    )
+    shared = ids.filter(pl.col(count) > 1).drop(count).collect(engine="streaming")
+    rows = records.join(shared.lazy(), on=id_column).collect(engine="streaming")
+    first_rows = rows.filter(pl.col(POSITION) == pl.col(first)).select(
+        id_column, pl.col(SOURCE_ROW).alias(first_row)
+    )
+    later = rows.filter(pl.col(POSITION) != pl.col(first)).join(first_rows, on=id_column)
+    return later.sort(POSITION).select(
+        SOURCE_ROW,
+        pl.concat_str(
+            pl.lit("duplicate id "),
+            _quoted(pl.col(id_column)),
+            pl.lit(f" in column '{id_column}', first in row "),
+            pl.col(first_row).cast(pl.String),
+        ).alias(REASON),
+    )
+
+
+def as_rejects(
+    rows: pl.LazyFrame, spec: DataSpec, source_file: str, reason: pl.Expr
+) -> pl.LazyFrame:
+    """Rows of ingest's output as read, with the raw file's name and the `reason`: a rejects file's
+    rows."""
+    present = [c for c in spec.columns if c in rows.collect_schema()]
+    return rows.select(
+        SOURCE_ROW,
+        pl.lit(source_file).alias(SOURCE_FILE),
+        *(pl.col(c).cast(pl.String) for c in present),
+        reason.cast(pl.String).alias(REASON),
+    )
 
 
 def typed_columns(
@@ -222,7 +286,10 @@ def typed_columns(
         else:
             text = raw(column).str.strip_chars()
             parsed = plain_number(text, spec.number_format).cast(pl.Float64, strict=False)
-            bad = (text.str.len_chars() > 0) & (parsed.is_null() | parsed.is_infinite())
+            # A NaN written out is missing only where data.null_values says so, as other text is.
+            bad = (text.str.len_chars() > 0) & (
+                parsed.is_null() | parsed.is_infinite() | parsed.is_nan()
+            )
         values.append(parsed.fill_nan(None).alias(column))
         problems.append(
             _problem(
@@ -254,6 +321,32 @@ def typed_columns(
                     pl.lit(f"unparseable date (format {spec.date_format}) in column '{column}': "),
                     _quoted(raw(column)),
                 ),
+            )
+        )
+        # `%Y` reads a two-digit year as it stands: 15.03.24 would be the year 24.
+        problems.append(
+            _problem(
+                parsed.dt.year() < EARLIEST_YEAR,
+                pl.concat_str(
+                    pl.lit(
+                        f"date before the year {EARLIEST_YEAR} (format {spec.date_format}; a"
+                        f" two-digit year?) in column '{column}': "
+                    ),
+                    _quoted(raw(column)),
+                ),
+            )
+        )
+
+    # A blank line, or a row of an account alone: nothing to suggest an account from, nor to
+    # learn one from (its text would be empty).
+    features = [c for c in spec.feature_columns if c in schema]
+    if features:
+        problems.append(
+            _problem(
+                pl.all_horizontal(
+                    raw(c).str.strip_chars().fill_null("").str.len_chars() == 0 for c in features
+                ),
+                f"no value in any of the columns {', '.join(map(repr, features))}",
             )
         )
 
@@ -305,15 +398,9 @@ def usable_and_rejected(
         # the whole reason.
         unusable = unusable | pl.col(RECORD_PROBLEM).is_not_null()
         reason = pl.coalesce(pl.col(RECORD_PROBLEM), reason)
-    present = [c for c in spec.columns if c in schema]
     flagged = frame.with_columns(unusable.alias(UNUSABLE))
     good = flagged.filter(~pl.col(UNUSABLE)).select(SOURCE_ROW, *values)
-    bad = flagged.filter(pl.col(UNUSABLE)).select(
-        SOURCE_ROW,
-        pl.lit(source_file).alias(SOURCE_FILE),
-        *(pl.col(c).cast(pl.String) for c in present),
-        reason.cast(pl.String).alias(REASON),
-    )
+    bad = as_rejects(flagged.filter(pl.col(UNUSABLE)), spec, source_file, reason)
     return good, bad
 
 
@@ -346,22 +433,30 @@ def clean(
     distinct = few_distinct_values(frame, normalised)
     good, bad = usable_and_rejected(frame, spec, options.case, require_label, source_file, distinct)
 
-    duplicates = 0
-    if not options.drop_duplicates:
-        write_parquets({output: good, rejects: bad})
-    else:
-        # The clean rows are written with their hashes first and the duplicates found from
-        # those, so that the distinct rows are never all held in memory.
-        output.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as work:
-            hashed = Path(work) / "hashed.parquet"
-            hashed_rows = good.with_columns(row_hash(spec.columns).alias(ROW_HASH))
-            write_parquets({hashed: hashed_rows, rejects: bad}, scratch={hashed})
-            repeated = later_duplicates(pl.scan_parquet(hashed), spec.columns)
-            kept = pl.scan_parquet(hashed).with_row_index(POSITION)
-            kept = kept.filter(~pl.col(POSITION).is_in(repeated.implode()))
-            write_parquet(kept.drop(POSITION, ROW_HASH), output)
-        duplicates = repeated.len()
+    # The usable rows are written first, with their hashes where duplicates are dropped, and the
+    # rows to leave out found from that file, so that the distinct rows are never all in memory.
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as work:
+        usable, unusable = Path(work) / "usable.parquet", Path(work) / "unusable.parquet"
+        if options.drop_duplicates:
+            good = good.with_columns(row_hash(spec.columns).alias(ROW_HASH))
+        write_parquets({usable: good, unusable: bad}, scratch={usable, unusable})
+        repeated = (
+            later_duplicates(pl.scan_parquet(usable), spec.columns)
+            if options.drop_duplicates
+            else pl.Series(POSITION, [], dtype=pl.UInt32)
+        )
+        kept = pl.scan_parquet(usable).with_row_index(POSITION)
+        kept = kept.filter(~pl.col(POSITION).is_in(repeated.implode()))
+        bad = pl.scan_parquet(unusable)
+        taken = taken_ids(kept, spec.id) if spec.id else None
+        if taken is not None and taken.height:
+            kept = kept.filter(~pl.col(SOURCE_ROW).is_in(taken.get_column(SOURCE_ROW).implode()))
+            named = frame.join(taken.lazy(), on=SOURCE_ROW)
+            taken_rows = as_rejects(named, spec, source_file, pl.col(REASON))
+            bad = pl.concat([bad, taken_rows]).sort(SOURCE_ROW)
+        write_parquets({output: kept.drop(POSITION, ROW_HASH, strict=False), rejects: bad})
+    duplicates = repeated.len()
 
     rows_out = parquet_rows(output)
     counts = CleanCounts(

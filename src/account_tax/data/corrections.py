@@ -51,6 +51,7 @@ from account_tax.data.clean import (
 )
 from account_tax.data.serialize import ID
 from account_tax.data.spec import (
+    ACCOUNTS_SHEET,
     CONFIDENCE,
     CORRECTION,
     LABEL_SOURCE,
@@ -76,12 +77,17 @@ from account_tax.settings import SOURCE_ROW
 log = logging.getLogger(__name__)
 
 REVIEWED_AT, REVIEWED_BY = "reviewed_at", "reviewed_by"
+# How a spreadsheet writes a long number it has rounded to a few digits: 1,23457E+11.
+ROUNDED_NUMBER = r"^[+-]?\d+([.,]\d+)?[Ee][+-]?\d+$"
 # The ledger's label before a correction replaced it (null where none did).
 LEDGER_LABEL = "ledger_label"
 SUPERSEDED = "superseded by the later correction in"
 """The start of a superseded correction's reject reason, which goes on to name the winner."""
 WORKBOOK = ".xlsx"
 _RECORD, _ACCOUNT, _TIME, _ORDER, _WHOLE = "_record", "_account", "_time", "_order", "_whole"
+# The kind of the row's file: a spreadsheet may have saved a CSV file or a workbook, which drop
+# leading zeros, and only a CSV file holds a long number as the text it showed (1,23457E+11).
+_KIND, CSV, XLSX, PARQUET = "_kind", "csv", "xlsx", "parquet"
 _SUGGESTION, _SUGGESTED = (PREDICTED_LABEL, CONFIDENCE, NOVEL), "_suggested"
 
 
@@ -161,6 +167,16 @@ def corrections_sheets(path: Path, spec: DataSpec) -> list[tuple[str, pl.DataFra
         for source, frame in sheets
         if {spec.label} <= set(frame.columns) and {spec.id, ID} & set(frame.columns)
     ]
+    read = {source for source, _ in with_columns} | {f"{path} [{ACCOUNTS_SHEET}]"}
+    skipped = [source for source, frame in sheets if frame.height and source not in read]
+    if with_columns and skipped:
+        log.warning(
+            "%s read as no corrections: no column '%s' and '%s' (or '%s') in their header row",
+            ", ".join(skipped),
+            spec.label,
+            spec.id,
+            ID,
+        )
     return [
         (
             source,
@@ -177,7 +193,13 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
     sheet) and row, its place in file order, and the record's columns where its file has them
     all."""
     frames = []
-    for source, frame in (sheet for path in paths for sheet in corrections_sheets(path, spec)):
+    kinds = {".parquet": PARQUET, WORKBOOK: XLSX}
+    sheets = (
+        (kinds.get(path.suffix.lower(), CSV), source, frame)
+        for path in paths
+        for source, frame in corrections_sheets(path, spec)
+    )
+    for kind, source, frame in sheets:
         id_column = spec.id if spec.id in frame.columns else ID
         missing = [c for c in (id_column, spec.label) if c not in frame.columns]
         if missing:
@@ -225,6 +247,7 @@ def read_corrections(paths: list[Path], spec: DataSpec) -> pl.DataFrame:
                 *optional,
                 (pl.lit(len(frames), pl.Int64) * 2**40 + pl.int_range(pl.len())).alias(_ORDER),
                 pl.lit(whole).alias(_WHOLE),
+                pl.lit(kind).alias(_KIND),
                 *record,
                 pl.lit(suggested).alias(_SUGGESTED),
                 *(c.alias(f"_{name}") for c, name in zip(suggestion, _SUGGESTION, strict=True)),
@@ -252,11 +275,15 @@ def leading_zeros(values: pl.Series, known: pl.Series) -> pl.Series:
 def with_leading_zeros(rows: pl.DataFrame, ids: pl.Series, labels: pl.Series) -> pl.DataFrame:
     """The corrections `rows` with the leading zeros a spreadsheet dropped put back
     (`leading_zeros`): in the ids, from the ledger's `ids`, and in the accounts chosen and
-    suggested, from the `labels` (data.classes, else the ledger's)."""
+    suggested, from the `labels` (data.classes, else the ledger's). Only in the rows of CSV files
+    and workbooks: a Parquet file keeps its text as written, and its 420 is another id than 0420."""
     if rows.is_empty():
         return rows
     known = {_RECORD: ids, _ACCOUNT: labels, f"_{PREDICTED_LABEL}": labels}
-    restored = rows.with_columns(leading_zeros(rows[c], values) for c, values in known.items())
+    typed = rows[_KIND] == PARQUET
+    restored = rows.with_columns(
+        rows[c].zip_with(typed, leading_zeros(rows[c], values)) for c, values in known.items()
+    )
     changed = [(rows[c] != restored[c]).sum() for c in known]
     if any(changed):
         log.info(
@@ -364,6 +391,18 @@ def apply_corrections(
                 pl.col(_RECORD),
             ),
         ),
+        (
+            # Not a new record: two ids rounded to one text would be one record, the real one
+            # keeping its old account.
+            (pl.col(_KIND) == CSV)
+            & pl.col(_RECORD).str.contains(ROUNDED_NUMBER)
+            & ~pl.col(_RECORD).is_in(known.implode()),
+            pl.format(
+                "id '{}' is a number a spreadsheet rounded, not the ledger's id: save the review"
+                " file as a workbook (predict.review_format: xlsx) or keep the id column as text",
+                pl.col(_RECORD),
+            ),
+        ),
     ]
     if spec.classes is not None:
         problems.append(
@@ -442,7 +481,8 @@ def apply_corrections(
     reviewed = used.filter(readable).select(
         SOURCE_FILE,
         SOURCE_ROW,
-        pl.col(_RECORD).alias(spec.id),
+        # Named as predict's review file names it, and as the serialized splits do.
+        pl.col(_RECORD).alias(ID),
         REVIEWED_AT,
         pl.col(f"_{PREDICTED_LABEL}").alias(PREDICTED_LABEL),
         pl.col(_ACCOUNT).alias(spec.label),

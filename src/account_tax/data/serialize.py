@@ -44,6 +44,19 @@ def value_text(column: str, dtype: pl.DataType, float_decimals: int) -> pl.Expr:
     return value.cast(pl.String)
 
 
+def check_fields(spec: DataSpec, options: SerializeSettings) -> None:
+    """A record's text holds no field that gives its account away: the label, or where it came
+    from (`label_source`). Trained on, the model would read the answer off the text, score near
+    perfect on validation and test, and meet new records, which have none, unprepared. Checked
+    before any job runs (workflow/rules/common.smk) and by `serialize`."""
+    given = [f["column"] for f in options.fields if f["column"] in (spec.label, LABEL_SOURCE)]
+    if given:
+        raise DataError(
+            f"config `serialize.fields` names {given[0]!r}, which gives each record's account"
+            " away (the label, or where it came from); new records to predict have none"
+        )
+
+
 def text_expression(schema: pl.Schema, options: SerializeSettings) -> pl.Expr:
     template = options.template
     if template.count("{value}") != 1:
@@ -84,6 +97,7 @@ def serialize(
     """Write `id`, `text`, `label_id` and `label_source` (where the label came from: the ledger,
     or a correction) for every record of `source`, and with `with_class_texts` the accounts'
     texts as records of their own (label_source chart); return the row count."""
+    check_fields(spec, options)
     frame = pl.scan_parquet(source)
     schema = frame.collect_schema()
     fields = [field["column"] for field in options.fields]

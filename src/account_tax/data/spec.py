@@ -52,6 +52,7 @@ class DataSpec:
             raise DataError(
                 "config `data.corrections` needs `data.columns.id`: a correction names its record"
             )
+        check_roles(columns)
         check_code_page(data["encoding"])
         chart = read_chart(
             data["classes"], ChartColumns.from_complete(data["chart_columns"]), data["encoding"]
@@ -92,6 +93,21 @@ class DataSpec:
         return head + self.feature_columns + (self.label,)
 
 
+def check_roles(columns: Mapping[str, Any]) -> None:
+    """A column has one role in `data.columns`: read twice, it would be two columns of one name."""
+    roles: dict[str, list[str]] = {}
+    for role, named in columns.items():
+        for column in [named] if isinstance(named, str) else named or []:
+            roles.setdefault(column, []).append(role)
+    twice = {column: named for column, named in roles.items() if len(named) > 1}
+    if twice:
+        column, named = next(iter(twice.items()))
+        raise DataError(
+            f"config `data.columns`: column {column!r} has more than one role"
+            f" ({', '.join(named)}); give each column one"
+        )
+
+
 LABEL_TRIM = " \t\n\r\f\v"
 """What is trimmed from both ends of a label, in the data and in data.classes alike; a label is
 otherwise kept as written (inner spaces, leading zeros, case)."""
@@ -107,6 +123,9 @@ a reviewed file that comes back as corrections says how each suggestion fared (t
 data/corrections.py)."""
 RIGHT = "right"
 """The track record's verdict: whether the suggestion was the account people chose."""
+REVIEW_SHEET, ACCOUNTS_SHEET = "review", "accounts"
+"""The sheets of predict's review workbook: the rows to review, and the accounts they may take
+(which holds no corrections)."""
 
 CHART_SUFFIXES = (".csv", ".parquet")
 """data.classes naming a file with one of these extensions is a chart table, any other a list of

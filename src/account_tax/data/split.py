@@ -80,10 +80,31 @@ def fractions(options: SplitSettings) -> np.ndarray:
 def check_min_class_size(options: SplitSettings) -> None:
     held_out = sum(1 for f in fractions(options)[1:] if f > 0)
     if options.min_class_size <= held_out:
-        raise ValueError(
+        raise DataError(
             f"split.min_class_size must exceed the number of held-out splits ({held_out}) "
             f"so that every stratified class keeps a training row"
         )
+
+
+def check_settings(spec: DataSpec, options: SplitSettings) -> None:
+    """What the config alone decides of the split settings: checked before any job runs
+    (workflow/rules/common.smk) and by `split`."""
+    if options.strategy != "time":
+        check_min_class_size(options)
+    if options.strategy == "time" and options.date_column not in spec.date:
+        raise DataError(
+            f"split.strategy 'time' needs split.date_column to name one of the data's date "
+            f"columns (data.columns.date: {list(spec.date)}), not {options.date_column!r}"
+        )
+    if options.strategy == "group":
+        if options.group_column is None:
+            raise DataError(
+                "split.strategy 'group' needs split.group_column to name a column of the records"
+            )
+        if options.group_column == spec.label:
+            raise DataError(
+                "split.group_column cannot be the label column: no class could be in two splits"
+            )
 
 
 HOLDOUT_MIN_ROWS = 3
@@ -91,10 +112,15 @@ HOLDOUT_MIN_ROWS = 3
 
 
 def holdout_classes(
-    labels: pl.Series, holdout: int | tuple[str, ...], seed: int, source: Path
+    labels: pl.Series,
+    holdout: int | tuple[str, ...],
+    seed: int,
+    source: Path,
+    learned: frozenset[str] = frozenset(),
 ) -> list[str]:
     """The classes to keep out of train and validation: the codes given, or `holdout` classes
-    with at least HOLDOUT_MIN_ROWS rows drawn with `seed`, sorted."""
+    with at least HOLDOUT_MIN_ROWS rows drawn with `seed`, sorted. None of the `learned` classes
+    (a warm start's model has learned rows of them), whose rows in test it would have seen."""
     counts = dict(labels.value_counts().iter_rows())
     if not isinstance(holdout, int):
         missing = sorted(set(holdout) - set(counts))
@@ -102,12 +128,21 @@ def holdout_classes(
             raise DataError(
                 f"evaluate.holdout_classes names {missing}, which have no rows in {source}"
             )
+        if learned & set(holdout):
+            raise DataError(
+                f"evaluate.holdout_classes names {sorted(learned & set(holdout))}, which the"
+                " model that train.init_from names has learned rows of: held out, its test rows"
+                " would be records it has seen"
+            )
         return sorted(holdout)
-    eligible = sorted(label for label, n in counts.items() if n >= HOLDOUT_MIN_ROWS)
+    eligible = sorted(
+        label for label, n in counts.items() if n >= HOLDOUT_MIN_ROWS and label not in learned
+    )
     if holdout > len(eligible):
         raise DataError(
             f"evaluate.holdout_classes is {holdout}, but only {len(eligible)} classes in {source} "
             f"have at least {HOLDOUT_MIN_ROWS} rows"
+            + (" and no row the model of train.init_from has learned" if learned else "")
         )
     chosen = np.random.default_rng(seed).choice(len(eligible), size=holdout, replace=False)
     return sorted(eligible[index] for index in chosen)
@@ -179,7 +214,7 @@ def assign_time_splits(dates: pl.Series, options: SplitSettings) -> pl.Series:
     days = per_date.height
     needed = 1 + int(np.count_nonzero(shares[1:]))
     if days < needed:
-        raise ValueError(
+        raise DataError(
             f"split.strategy 'time' needs at least {needed} distinct dates in column "
             f"'{dates.name}' (one per split with a non-zero fraction); it has {days}"
         )
@@ -321,7 +356,7 @@ def assign_group_splits(labels: pl.Series, groups: pl.Series, options: SplitSett
     counts = np.bincount(codes, minlength=len(SPLITS))
     empty = [name for name, n, f in zip(SPLITS, counts, shares, strict=True) if f > 0 and n == 0]
     if empty:
-        raise ValueError(
+        raise DataError(
             f"split.group_column '{groups.name}' has too few groups for a split with a non-zero "
             f"fraction: {empty} would get no rows"
         )
@@ -330,27 +365,16 @@ def assign_group_splits(labels: pl.Series, groups: pl.Series, options: SplitSett
 
 def strategy_column(spec: DataSpec, columns: list[str], options: SplitSettings) -> str | None:
     """The column the configured strategy splits by (None for `stratified`), checked."""
-    strategy = options.strategy
-    if strategy == "time":
-        column = options.date_column
-        if column not in spec.date:
-            raise ValueError(
-                f"split.strategy 'time' needs split.date_column to name one of the data's date "
-                f"columns (data.columns.date: {list(spec.date)}), not {column!r}"
-            )
-        return column
-    if strategy == "group":
-        column = options.group_column
-        if column is None or column not in columns:
-            raise ValueError(
+    check_settings(spec, options)
+    if options.strategy == "time":
+        return options.date_column
+    if options.strategy == "group":
+        if options.group_column not in columns:
+            raise DataError(
                 f"split.strategy 'group' needs split.group_column to name a column of the "
-                f"records ({columns}), not {column!r}"
+                f"records ({columns}), not {options.group_column!r}"
             )
-        if column == spec.label:
-            raise ValueError(
-                "split.group_column cannot be the label column: no class could be in two splits"
-            )
-        return column
+        return options.group_column
     return None
 
 
@@ -409,7 +433,10 @@ def split(
     moved = 0
     if learned_rows is not None:
         splits, moved = keep_learned_in_train(splits, learned_rows)
-    held_out = holdout_classes(labels, holdout, options.seed, source)
+    learned_classes = (
+        frozenset() if learned_rows is None else frozenset(labels.filter(learned_rows))
+    )
+    held_out = holdout_classes(labels, holdout, options.seed, source, learned_classes)
     if held_out:
         splits = (
             pl.select(
