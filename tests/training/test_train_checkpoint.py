@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import corpus
+from tiny_models import build_tiny_bert
 
 from account_tax.io import sha256_file
 from account_tax.storage.manifest import (
@@ -22,7 +24,13 @@ from account_tax.training.checkpoint import (
     fingerprint,
     latest_checkpoint,
 )
-from account_tax.training.loop import TrainPaths, kept_accumulation, run_fingerprint
+from account_tax.training.loop import (
+    PROCESS_COUNT_KEYS,
+    TrainPaths,
+    deepspeed_config,
+    kept_accumulation,
+    run_fingerprint,
+)
 from account_tax.training.settings import TrainSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,26 +115,54 @@ def test_a_resume_keeps_the_global_batch_or_says_why_it_cannot():
     assert kept_accumulation(settings, resumed(2, 16, zero_stage=1), world_size=2) == 1
 
 
-def test_the_run_fingerprint_leaves_out_the_process_count_only(tmp_path):
+def fingerprinted_inputs(folder: Path) -> TrainPaths:
+    """Train paths in `folder`, its three inputs (all the fingerprint reads of them) written."""
     paths = TrainPaths(
-        train=tmp_path / "train.parquet",
-        validation=tmp_path / "validation.parquet",
-        label_map=tmp_path / "label_map.json",
-        checkpoint_dir=tmp_path,
-        output_dir=tmp_path / "model",
-        metrics=tmp_path / "metrics.json",
-        history=tmp_path / "history.jsonl",
+        train=folder / "train.parquet",
+        validation=folder / "validation.parquet",
+        label_map=folder / "label_map.json",
+        checkpoint_dir=folder,
+        output_dir=folder / "model",
+        metrics=folder / "metrics.json",
+        history=folder / "history.jsonl",
     )
     for path in (paths.train, paths.validation, paths.label_map):
         path.write_text(path.name)
+    return paths
+
+
+def test_the_run_fingerprint_leaves_out_the_process_count_only(tmp_path):
+    paths = fingerprinted_inputs(tmp_path)
     settings = TrainSettings.of(
         deepspeed_config=str(REPO / "config" / "deepspeed" / "zero2.json"),
         per_device_batch_size=8,
     )
     same = run_fingerprint(settings, "fp32", paths)
+    # What the process count changes, and the accumulation that a resume on another count
+    # keeps the global batch with, is PROCESS_COUNT_KEYS and nothing else, which the fingerprint
+    # leaves out: a resume on 4 processes takes a 1-process run's checkpoints.
+    one = deepspeed_config(settings, "fp32", world_size=1, accumulation=4)
+    changed = set()
+    for world_size, accumulation in ((4, 1), (2, 2), (4, 4)):
+        other = deepspeed_config(settings, "fp32", world_size, accumulation)
+        changed |= {key for key in one.keys() | other.keys() if one.get(key) != other.get(key)}
+    assert changed == set(PROCESS_COUNT_KEYS)
     assert run_fingerprint(settings, "fp32", paths) == same
     assert run_fingerprint(settings, "bf16", paths) != same
     larger = dataclasses.replace(settings, per_device_batch_size=16)
     assert run_fingerprint(larger, "fp32", paths) != same
     paths.train.write_text("other rows")
     assert run_fingerprint(settings, "fp32", paths) != same
+
+
+def test_the_run_fingerprint_holds_the_base_models_files(tmp_path):
+    """A checkpoint holds no frozen weight: a resume takes them from the base model as it is
+    now, so other files at the same path make another run."""
+    paths = fingerprinted_inputs(tmp_path)
+    base = build_tiny_bert(tmp_path / "base", corpus())
+    settings = TrainSettings.of(
+        model=str(base), deepspeed_config=str(REPO / "config" / "deepspeed" / "zero2.json")
+    )
+    before = run_fingerprint(settings, "fp32", paths)
+    build_tiny_bert(base, corpus(), dropout=0.0)
+    assert run_fingerprint(settings, "fp32", paths) != before

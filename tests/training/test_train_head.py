@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from account_tax.data.label_map import LabelMap
-from account_tax.training.classifier import hold_rows, pool
+from account_tax.training.classifier import CosineHead, LinearHead, hold_rows, pool
 from account_tax.training.head_init import (
     embed_texts,
     init_head_from_texts,
@@ -63,6 +63,29 @@ def test_pooling_reads_only_the_real_tokens():
     assert pool(hidden, right, "mean").tolist() == [[1.5, 2.5, 3.5]]
     assert pool(hidden, right, "last").tolist() == [[3.0, 4.0, 5.0]]
     assert pool(hidden, left, "last").tolist() == [[9.0, 10.0, 11.0]]
+
+
+@pytest.mark.parametrize("head", [LinearHead, CosineHead])
+def test_a_bfloat16_model_gets_float32_logits_from_its_head(head):
+    """The logits calibration and the auto-post threshold read are computed in float32 from a
+    bfloat16 model's pooled vector and head: in bfloat16, logits near a cosine head's scale are
+    0.125 apart."""
+    torch.manual_seed(0)
+    module = head(32, 235, std=0.02).to(torch.bfloat16)
+    if head is CosineHead:
+        module.scale.data.fill_(23.7)
+    pooled = torch.randn(8, 32).to(torch.bfloat16)
+    logits = module(pooled)
+    assert logits.dtype == torch.float32
+    weight = module.weight.float()
+    expected = (
+        F.linear(pooled.float(), weight, module.bias.float())
+        if head is LinearHead
+        else module.scale.float()
+        * F.normalize(pooled.float(), dim=-1)
+        @ F.normalize(weight, dim=-1).T
+    )
+    assert torch.allclose(logits, expected, atol=1e-5)
 
 
 @pytest.mark.parametrize("lora", [LoraSettings.of(r=4), LoraSettings.of(enabled=False)])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from account_tax.errors import DataError
 from account_tax.training.evidence import INDEX_DIR, EvidenceIndex, unit_rows
 from account_tax.training.head_init import trained_head
 from account_tax.training.inference import load_classifier, predict_logits
+from account_tax.training.loss import class_weights, label_counts
 from account_tax.training.model import build_model, prepare_for_training
 from account_tax.training.model_index import DRIFT_SAMPLE, build_model_index
 from account_tax.training.settings import TrainSettings
@@ -270,12 +272,91 @@ def test_a_warm_start_with_few_new_rows_next_to_the_learned_ones_makes_one_pass(
 
 @pytest.mark.parametrize(
     ("change", "named"),
-    [({"head": "cosine"}, r"train.head"), ({"lora": {"enabled": True, "r": 2}}, r"train.lora.r")],
+    [
+        ({"head": "cosine"}, r"train.head"),
+        ({"lora": {"enabled": True, "r": 2}}, r"train.lora.r"),
+        ({"lora": {"enabled": True, "r": 4, "alpha": 16}}, r"train.lora.alpha"),
+    ],
 )
 def test_a_model_trained_otherwise_is_refused(old_model, tiny_bert, tiny_settings, change, named):
     settings = TrainSettings.of(tiny_settings(tiny_bert, head="linear") | change)
     with pytest.raises(DataError, match=rf"{old_model}: trained with other .*{named}"):
         read_init_model(old_model, settings)
+
+
+def test_a_model_trained_on_other_base_files_is_refused(
+    old_model, tiny_bert, tiny_settings, tmp_path
+):
+    """The adapter and head were trained on the base model's files as they were: where the
+    files at `train.model` differ now (another revision at the same path), neither a warm start
+    nor inference goes on with them."""
+    moved = shutil.copytree(old_model, tmp_path / "model")
+    settings = TrainSettings.of(tiny_settings(tiny_bert, head="linear"))
+    # Copied elsewhere, the model is the same: where it lies is no part of it.
+    assert read_init_model(moved, settings).folder == moved
+    load_classifier(moved, dtype=torch.float32)
+    info = json.loads((moved / "training_info.json").read_text())
+    assert len(info["base_model_sha256"]) == 64
+    info["base_model_sha256"] = "0" * 64
+    (moved / "training_info.json").write_text(json.dumps(info))
+    with pytest.raises(DataError, match=rf"{moved}: trained on the files of {tiny_bert} as"):
+        read_init_model(moved, settings)
+    with pytest.raises(DataError, match=rf"{moved}: its adapter was trained on the files of"):
+        load_classifier(moved, dtype=torch.float32)
+
+
+SETUP = r"""
+import json, sys
+from pathlib import Path
+from account_tax.training.loop import TrainPaths, setup
+from account_tax.training.settings import TrainSettings
+settings, ledger, out, init = json.loads(sys.argv[1]), json.loads(sys.argv[2]), *sys.argv[3:]
+out = Path(out)
+paths = TrainPaths(
+    train=Path(ledger["train"]), validation=Path(ledger["validation"]),
+    label_map=Path(ledger["label_map"]), checkpoint_dir=out / "checkpoints",
+    output_dir=out / "model", metrics=out / "metrics.json", history=out / "history.jsonl",
+    init_model=Path(init),
+)
+run = setup(TrainSettings.of(settings), paths, None)
+print(json.dumps({"weights": run.weights.tolist(), "rows": len(run.train_split)}))
+"""
+
+
+def test_a_warm_starts_class_weights_are_the_train_splits(
+    tmp_path, old_model, grown_ledger, tiny_bert, tiny_settings, train_command
+):
+    """A warm start trains on its new rows and a replay of a few old ones, in which some old
+    classes have no row: the loss still weighs each class by its count in the train split, as
+    `train.class_weight_alpha` says, not by the part drawn."""
+    settings = tiny_settings(
+        tiny_bert, head="linear", init_from=str(old_model), warm_start={"replay_ratio": 0.05}
+    )
+    _, env = train_command(grown_ledger, tmp_path, settings, None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SETUP,
+            json.dumps(settings),
+            json.dumps({k: str(v) for k, v in grown_ledger.items()}),
+            tmp_path,
+            old_model,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    run = json.loads(done.stdout.strip().splitlines()[-1])
+    train = pl.read_parquet(grown_ledger["train"])
+    num_labels = len(json.loads(Path(grown_ledger["label_map"]).read_text())["labels"])
+    counts = label_counts(train["label_id"].to_numpy(), num_labels)
+    assert run["rows"] < train.height
+    alpha = TrainSettings.of(settings).class_weight_alpha
+    assert run["weights"] == pytest.approx(class_weights(counts, alpha).tolist())
 
 
 def test_a_folder_that_is_no_exported_model_is_refused(tmp_path, tiny_bert, tiny_settings):

@@ -41,6 +41,8 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
 
 
+# Both heads compute in float32 whatever the model's precision: in bfloat16, logits near a cosine
+# head's scale (about 20) are 0.125 apart, noise in the odds calibration and thresholds read.
 class LinearHead(nn.Module):
     """logits = W·h + b. Rows of classes with no training rows can be held (see `hold_rows`)."""
 
@@ -52,7 +54,7 @@ class LinearHead(nn.Module):
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
         weight, bias = held(self.weight, self.learned), held(self.bias, self.learned)
-        return F.linear(pooled, weight.to(pooled.dtype), bias.to(pooled.dtype))
+        return F.linear(pooled.float(), weight.float(), bias.float())
 
 
 class CosineHead(nn.Module):
@@ -66,8 +68,8 @@ class CosineHead(nn.Module):
         self.register_buffer("learned", torch.ones(num_labels, dtype=torch.bool), persistent=False)
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
-        weight = F.normalize(held(self.weight, self.learned).to(pooled.dtype), dim=-1)
-        return self.scale.to(pooled.dtype) * F.normalize(pooled, dim=-1) @ weight.T
+        weight = F.normalize(held(self.weight, self.learned).float(), dim=-1)
+        return self.scale.float() * F.normalize(pooled.float(), dim=-1) @ weight.T
 
 
 def held(parameter: torch.Tensor, learned: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ from account_tax.training.classifier import (
     save_full_classifier,
 )
 from account_tax.training.head_init import embed_classes_without_rows
-from account_tax.training.model import load_tokenizer, resolve_model_dir
+from account_tax.training.model import base_model_sha256, load_tokenizer, resolve_model_dir
 from account_tax.training.precision import inference_dtype
 from account_tax.training.temperature import fit_temperature, negative_log_likelihood, softmax
 from account_tax.training.training_info import TRAINING_INFO, read_training_info
@@ -57,6 +57,12 @@ def load_classifier(
     info = read_training_info(model_dir)
     head = info["settings"]["head"]
     if (model_dir / ADAPTER_CONFIG).is_file():
+        trained_on = info.get("base_model_sha256")
+        if trained_on is not None and base_model_sha256(info["base_model"]) != trained_on:
+            raise DataError(
+                f"{model_dir}: its adapter was trained on the files of {info['base_model']} as"
+                " they were, and they differ now: train it again on them"
+            )
         base_dir = resolve_model_dir(info["base_model"])
         base = TextClassifier(load_backbone(base_dir, dtype), labels, head)
         model = PeftModel.from_pretrained(base, model_dir)

@@ -34,7 +34,7 @@ from transformers import (
 from account_tax.code_hash import code_sha256
 from account_tax.cpu_time import process_cpu_seconds
 from account_tax.data.label_map import LABEL_MAP, LabelMap
-from account_tax.data.serialize import read_split
+from account_tax.data.serialize import LABEL_ID, read_split
 from account_tax.errors import DataError, writing
 from account_tax.io import sha256_file, write_json
 from account_tax.progress import progress_bar
@@ -79,7 +79,9 @@ from account_tax.training.inference import (
 )
 from account_tax.training.loss import class_weights, forward_loss, label_counts
 from account_tax.training.model import (
+    base_model_sha256,
     build_model,
+    check_max_length,
     is_head_parameter,
     load_tokenizer,
     prepare_for_training,
@@ -365,6 +367,7 @@ def save_outputs(
         info = {
             "base_model": settings.model,
             "base_model_path": str(model_dir),
+            "base_model_sha256": base_model_sha256(settings.model),
             "settings": settings.to_dict(),
             "head_init": head_init,
             "exported": exported,
@@ -412,6 +415,8 @@ def run_fingerprint(settings: TrainSettings, precision: str, paths: TrainPaths) 
             # Code that computes differently must not resume the old code's checkpoints.
             "code": code_sha256(Path(__file__)),
             "settings": {k: v for k, v in settings.to_dict().items() if k not in RUN_ONLY_KEYS},
+            # A checkpoint holds no frozen weight: they come from the base model as it is now.
+            "base_model": base_model_sha256(settings.model),
             "deepspeed": {k: v for k, v in ds_config.items() if k not in PROCESS_COUNT_KEYS},
             "inputs": {name: sha256_file(path) for name, path in inputs.items()},
         }
@@ -469,7 +474,7 @@ class TrainingRun:
     train_split: TokenizedSplit
     validation_split: TokenizedSplit
     weights: torch.Tensor
-    unseen: np.ndarray  # classes without training rows
+    unseen: np.ndarray  # classes without a row to train on (none drawn, in a warm start)
     head_init: dict[str, Any]
     learned: pl.DataFrame  # id and label of every row the exported model will have learned
     precision: str
@@ -493,7 +498,12 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
     labels = label_map.labels
     model_dir = resolve_model_dir(settings.model)
     tokenizer = load_tokenizer(model_dir)
+    check_max_length(settings.max_length, model_dir, tokenizer)
     train_frame = read_split(paths.train, len(labels))
+    # The class weights are the train split's, also where a warm start trains on a part of it.
+    weights = class_weights(
+        label_counts(train_frame[LABEL_ID].to_numpy(), len(labels)), settings.class_weight_alpha
+    )
     init, warm = None, {}
     if settings.init_from != "none":
         if paths.init_model is None:
@@ -541,8 +551,8 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
     # A fully trained model's backbone is its own; an adapter goes on the pretrained one.
     backbone_dir = init.folder if init is not None and not init.has_adapter else model_dir
     model = build_model(backbone_dir, labels, settings.head)
-    counts = label_counts(train_split.label_ids, len(labels))
-    weights = class_weights(counts, settings.class_weight_alpha)
+    # Classes with no row to train on here (none in the split, or none a warm start drew).
+    unseen = label_counts(train_split.label_ids, len(labels)) == 0
     # Before DeepSpeed partitions the parameters (ZeRO-3), so every rank sets whole rows.
     if init is not None:
         head_init = {"method": "warm_start", "from": str(init.folder), **warm}
@@ -554,7 +564,6 @@ def setup(settings: TrainSettings, paths: TrainPaths, segment: int | None) -> Tr
         head_init["seconds"] = init_head_from_texts(
             model, tokenizer, label_map.class_texts(), settings.max_length
         )
-    unseen = counts == 0
     hold_rows(model.classifier, torch.from_numpy(unseen))
     head_init["held_classes"] = int(unseen.sum())
     model = prepare_for_training(model, settings.lora, settings.gradient_checkpointing)

@@ -19,7 +19,8 @@ def class_weights(counts: np.ndarray, alpha: float) -> torch.Tensor:
     """weight_c = (N / (C * count_c)) ** alpha: 1 for a class of mean size; alpha 0 is unweighted.
 
     An empty class would get an infinite weight; it gets that of a class with 1 % of the mean
-    count instead, so a wrong prediction of it still costs more than of any class seen in training.
+    count instead: finite, and more than a class of ordinary size, though a class of a handful
+    of rows may weigh more where the mean count is in the hundreds.
     """
     counts = np.asarray(counts, dtype=np.float64)
     total, num_classes = counts.sum(), len(counts)

@@ -4,6 +4,7 @@ train: its tokenizer, the backbone with a new head, adapters."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import tempfile
@@ -11,10 +12,10 @@ from pathlib import Path
 
 import torch
 from peft import LoraConfig, PeftModel, TaskType, get_peft_model
-from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 
 from account_tax.errors import DataError
-from account_tax.io import resolve_input
+from account_tax.io import resolve_input, sha256_file
 from account_tax.training.classifier import TextClassifier, load_backbone
 from account_tax.training.settings import LoraSettings
 
@@ -35,6 +36,22 @@ def resolve_model_dir(spec: str) -> Path:
     if not config.is_file():
         raise DataError(f"{spec}: not a model folder (no config.json at {config})")
     return config.parent
+
+
+MODEL_FILE_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model")
+"""The files of a model folder that make the model: config, weights, tokenizer."""
+
+
+def base_model_sha256(spec: str) -> str:
+    """What a model trained on the pretrained model `spec` (`train.model`) depends on, as one
+    sha256: a GGUF file's content, or the names and contents of a folder's config, weight and
+    tokenizer files; where it lies is no part of it."""
+    if spec.endswith(GGUF_SUFFIX):
+        return sha256_file(resolve_input(spec))
+    folder = resolve_model_dir(spec)
+    files = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix in MODEL_FILE_SUFFIXES)
+    contents = {f.name: sha256_file(f) for f in files}
+    return hashlib.sha256(json.dumps(contents, sort_keys=True).encode()).hexdigest()
 
 
 def gguf_model_dir(gguf_file: Path) -> Path:
@@ -85,6 +102,20 @@ def load_tokenizer(model_dir: Path) -> PreTrainedTokenizerBase:
             raise DataError(f"{model_dir}: the tokenizer has neither a pad nor an eos token")
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def check_max_length(max_length: int, model_dir: Path, tokenizer: PreTrainedTokenizerBase) -> None:
+    """`train.max_length` within the positions the model has: a longer text would fail inside
+    its embeddings, at the first record that long (in training, or in predict)."""
+    limits = [getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)]
+    # A tokenizer without a limit of its own says so with a huge number.
+    limits.append(tokenizer.model_max_length if tokenizer.model_max_length < 10**6 else None)
+    limit = min((n for n in limits if n), default=None)
+    if limit is not None and max_length > limit:
+        raise DataError(
+            f"config `train.max_length` is {max_length}, but the model in {model_dir} takes at"
+            f" most {limit} tokens: set it to {limit} or less"
+        )
 
 
 HEAD_MODULE = "classifier"

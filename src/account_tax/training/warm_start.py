@@ -23,7 +23,7 @@ from account_tax.errors import DataError
 from account_tax.io import write_parquet
 from account_tax.storage.manifest import MANIFEST
 from account_tax.training.classifier import HEAD_WEIGHTS, TextClassifier
-from account_tax.training.model import HEAD_MODULE
+from account_tax.training.model import HEAD_MODULE, base_model_sha256
 from account_tax.training.settings import TrainSettings
 from account_tax.training.training_info import TRAINING_INFO, read_training_info
 
@@ -33,7 +33,8 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 HEAD_PREFIX = f"base_model.model.{HEAD_MODULE}."
 # What a warm start must share with the model it starts from.
 SAME_SETTINGS = ("model", "head")
-SAME_LORA = ("enabled", "r", "target_modules", "modules_to_save")
+# alpha too: the adapter's update is scaled by alpha / r, so another alpha changes the model.
+SAME_LORA = ("enabled", "r", "alpha", "target_modules", "modules_to_save")
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,12 @@ def read_init_model(folder: Path, settings: TrainSettings) -> InitModel:
         raise DataError(
             f"{folder}: trained with other {differs} than this run's; a warm start continues"
             " the same model (set train.init_from: none to train afresh)"
+        )
+    if info.get("base_model_sha256") not in (None, base_model_sha256(settings.model)):
+        raise DataError(
+            f"{folder}: trained on the files of {settings.model} as they were; they differ now,"
+            " and a warm start continues the same model (set train.init_from: none to train"
+            " afresh)"
         )
     labels = LabelMap.read(folder / LABEL_MAP).labels
     return InitModel(folder, labels, read_trained_rows(folder))
