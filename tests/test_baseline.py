@@ -15,6 +15,7 @@ from account_tax.evaluation.baseline import (
     BaselinePaths,
     BaselineSettings,
     baseline_logits,
+    build_pipeline,
     predict_probabilities,
     train_baseline,
 )
@@ -351,7 +352,21 @@ def test_weighing_ngrams_name_the_words_behind_the_suggestion(trained):
     assert weighing_ngrams(pipeline, features, np.array([legal, legal])) == [[], []]
 
 
-def test_script_ends_bad_input_with_exit_status_2(trained, tmp_path, monkeypatch):
+def test_weighing_ngrams_of_a_baseline_of_two_classes():
+    """A linear classifier of two classes keeps one coefficient row, the second class's: each
+    class's suggestion shows its own words."""
+    pipeline = build_pipeline(BaselineSettings.of(min_df=1))
+    texts = ["office paper staples", "paper for the printer", "fuel at shell", "shell diesel fuel"]
+    pipeline.fit(texts, np.array([3, 3, 7, 7]))
+    features = baseline_features(pipeline, ["staples paper", "diesel shell"])
+    paper, fuel = weighing_ngrams(pipeline, features, np.array([3, 7]))
+    assert any("paper" in ngram or "staples" in ngram for ngram in paper)
+    assert not any("shell" in ngram or "diesel" in ngram for ngram in paper)
+    assert any("shell" in ngram or "diesel" in ngram for ngram in fuel)
+
+
+def test_script_ends_bad_input_with_exit_status_2(trained, tmp_path, monkeypatch, caplog):
+    """Every option given, so that the exit is the bad label map's, not argparse's."""
     paths, _ = trained
     short_map = tmp_path / "label_map.json"
     short_map.write_text(json.dumps({"label_column": "label", "labels": LABELS[:2], "counts": {}}))
@@ -366,9 +381,14 @@ def test_script_ends_bad_input_with_exit_status_2(trained, tmp_path, monkeypatch
             "--model-output", str(tmp_path / "model.joblib"),
             "--metrics", str(tmp_path / "metrics.json"),
             "--predictions", str(tmp_path / "predictions.parquet"),
+            "--evidence", str(tmp_path / "evidence"),
             "--settings", "{}",
         )  # fmt: skip
     assert exit_.value.code == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1
+    assert "label id missing or outside" in errors[0]
+    assert str(paths.train) in errors[0]
     assert not (tmp_path / "metrics.json").exists()
 
 

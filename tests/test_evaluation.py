@@ -22,6 +22,7 @@ from account_tax.evaluation.assessment import (
 from account_tax.evaluation.evaluate import warn_nothing_posted
 from account_tax.evaluation.review import TrackRecord
 from account_tax.evaluation.shipped import ShippedCandidate
+from account_tax.evaluation.tables import top_k_columns
 from account_tax.training.temperature import fit_temperature, negative_log_likelihood
 
 LABELS = [f"class {i}" for i in range(6)]
@@ -169,12 +170,17 @@ def test_the_track_record_lets_a_small_validation_split_post(tmp_path):
     against it."""
     confidence = float(perfect(1)["validation"].confidence_and_correct()[0][0])
 
-    def track_record(right: list[bool], novel: list[bool]) -> TrackRecord:
+    def track_record(right: list[bool], novel: list[bool], scored=None) -> TrackRecord:
         path = tmp_path / "track_record.parquet"
         pl.DataFrame(
-            {"confidence": [confidence] * len(right), "right": right, "novel": novel}
+            {
+                "id": [f"r{i}" for i in range(len(right))],
+                "confidence": [confidence] * len(right),
+                "right": right,
+                "novel": novel,
+            }
         ).write_parquet(path)
-        return TrackRecord.read(path)
+        return TrackRecord.read(path, scored)
 
     reviewed = track_record([True] * 10 + [False] * 3, [False] * 10 + [True] * 3)
     report = assess(perfect(20), LABELS, REVIEW, track_record=reviewed)
@@ -189,6 +195,28 @@ def test_the_track_record_lets_a_small_validation_split_post(tmp_path):
     # The same suggestions, three of them wrong and not novel: 27 of 33 right shows no 0.9.
     mixed = track_record([True] * 10 + [False] * 3, [False] * 13)
     assert assess(perfect(20), LABELS, REVIEW, track_record=mixed)["review"]["threshold"] is None
+    # Reviewed records drawn into this run's validation or test split are not weighed again:
+    # here the three wrong ones (r10 to r12) and one right one.
+    scored = pl.Series(["r9", "r10", "r11", "r12", "elsewhere"])
+    held_out = track_record([True] * 10 + [False] * 3, [False] * 13, scored)
+    assert held_out.right.tolist() == [True] * 9
+    report = assess(perfect(20), LABELS, REVIEW, track_record=held_out)
+    assert report["review"]["track_record"]["rows"] == 9
+
+
+def test_the_threshold_answers_for_the_rows_it_posts_and_novel_rows_are_never_posted():
+    """29 validation rows all right show 0.9 at 0.95; with 3 of them novel, the 26 that may be
+    posted do not, and no threshold may rest on the 3 that never will be."""
+    validation = perfect(29)["validation"]
+    novel = np.zeros(29, dtype=bool)
+    novel[[0, 10, 20]] = True
+    flagged = Scores(validation.logits, 1.0, validation.y_true, novel=novel)
+    report = assess({"validation": flagged, "test": flagged}, LABELS, REVIEW)
+    assert report["review"]["threshold"] is None
+    assert report["review"]["highest_supported_target"]["target_precision"] == pytest.approx(
+        0.05 ** (1 / 26), abs=1e-3
+    )
+    assert assess(perfect(29), LABELS, REVIEW)["review"]["threshold"] is not None
 
 
 def test_assess_reports_calibration_before_and_after_the_temperature():
@@ -210,6 +238,32 @@ def test_assess_reports_calibration_before_and_after_the_temperature():
     assert report["test"]["accuracy"] == pytest.approx(
         (overconfident["test"].logits.argmax(axis=1) == model["test"].y_true).mean()
     )
+
+
+def test_an_account_that_takes_no_postings_is_never_in_the_top_k():
+    """Even where predict.top_k exceeds the accounts that take postings: two of three here."""
+    probabilities = Scores(
+        noisy_logits(np.array([0, 2, 2]), 0.9, seed=1)[:, :3],
+        1.0,
+        np.array([0, 2, 2]),
+        postable=np.array([True, False, True]),
+    ).calibrated
+    postable = np.array([True, False, True])
+    columns = {s.name: s for s in top_k_columns(probabilities, 3, ["a", "g", "c"], postable)}
+    assert [sorted(row) for row in columns["top_k_labels"].to_list()] == [["a", "c"]] * 3
+
+
+def test_a_rows_top_k_is_as_long_whatever_rows_it_is_scored_with():
+    """A confident row whose other accounts' probabilities underflow to 0 in float32 lists its
+    k accounts alone as in a chunk of others: predict's shards and the served model agree."""
+    confident = np.array([[1.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+    other = np.array([[0.4, 0.3, 0.2, 0.1]], dtype=np.float32)
+    postable = np.array([True, True, True, False])
+    alone = top_k_columns(confident, 3, ["a", "b", "c", "g"], postable)
+    together = top_k_columns(np.vstack([confident, other]), 3, ["a", "b", "c", "g"], postable)
+    for one, both in zip(alone, together, strict=True):
+        assert one.to_list()[0] == both.to_list()[0], one.name
+    assert alone[4].to_list() == [["a", "b", "c"]]
 
 
 def test_accounts_that_take_no_postings_get_no_probability_but_keep_their_rows():

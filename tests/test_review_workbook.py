@@ -103,7 +103,7 @@ def test_the_review_workbook_keeps_what_a_spreadsheet_would_rewrite(tmp_path):
         ("memo", '=HYPERLINK("x","y")'),
     ]:
         assert (first[column[name]].value, first[column[name]].data_type) == (value, "s")
-    assert second[column["memo"]].value == "bell\ufffd in the memo"
+    assert second[column["memo"]].value == "bell  in the memo"
     assert first[column["confidence"]].value == pytest.approx(0.61234567, rel=1e-6)
     assert first[column["confidence"]].data_type == "n"
     assert [row[column["novel"]].value for row in (first, second)] == [False, True]
@@ -136,7 +136,24 @@ def test_the_review_workbook_keeps_what_a_spreadsheet_would_rewrite(tmp_path):
     ]
 
 
-def test_the_review_workbook_filled_in_and_saved_is_a_corrections_file(ledger, tmp_path):
+def test_a_memo_longer_than_a_workbook_cell_is_an_error_not_a_cut_record(tmp_path):
+    """A workbook cell holds 32,767 characters: a longer memo would come back cut, as the
+    record's. The job says which row and column, and that a CSV review file holds it."""
+    rows = [ledger_row(500), ledger_row(501, memo="x" * 40_000)]
+    review_rows(rows).write_parquet(tmp_path / "new.review.parquet")
+    mapping = label_map(tmp_path / "label_map.json")
+    with pytest.raises(
+        DataError,
+        match=r"new.review.parquet: row 2, column 'memo' holds 40,000 characters, more than a"
+        r" workbook cell takes \(32,767\): set predict.review_format: csv",
+    ):
+        write_review_workbook(
+            tmp_path / "new.review.parquet", tmp_path / "new.review.xlsx", mapping, 1
+        )
+    assert not (tmp_path / "new.review.xlsx").exists()
+
+
+def test_the_review_workbook_filled_in_and_saved_is_a_corrections_file(ledger, tmp_path, caplog):
     """A reviewer fills in the account column: one account picked from the list (text), one
     typed into a cell a spreadsheet had made a number cell (4210.0), a review time as a date
     cell, and a new record's amount typed again as a number. Read back, the new record joins the
@@ -147,7 +164,8 @@ def test_the_review_workbook_filled_in_and_saved_is_a_corrections_file(ledger, t
     spec, records = ledger
     spec = dataclasses.replace(spec, number_format="1.234,5")
     rows = [
-        ledger_row(500, entry_id="00500", amount="1.234,00", memo="Drucker Toner"),
+        # Word's soft line break, which no workbook holds: a space there.
+        ledger_row(500, entry_id="00500", amount="1.234,00", memo="Drucker\x0bToner"),
         ledger_row(1),
         ledger_row(1),
     ]
@@ -173,9 +191,16 @@ def test_the_review_workbook_filled_in_and_saved_is_a_corrections_file(ledger, t
     sheet.cell(4, reviewed_at, datetime(2026, 11, 30, 9, 5))
     # A row whose contents were cleared keeps its cells' formats, and holds no correction.
     sheet.cell(6, account).number_format = "@"
+    # A sheet of the reviewer's own: its rows are no corrections, and the log says so.
+    notes = book.create_sheet("notes")
+    notes.append(["checked by", "on"])
+    notes.append(["anna", "2026-11-30"])
     book.save(tmp_path / "reviewed.xlsx")
 
     counts = apply_in(tmp_path, records, [tmp_path / "reviewed.xlsx"], spec)
+
+    assert f"{tmp_path / 'reviewed.xlsx'} [notes] read as no corrections" in caplog.text
+    assert "[accounts] read as no corrections" not in caplog.text
 
     assert (counts.rows_in, counts.applied, counts.added, counts.superseded) == (3, 1, 1, 1)
     assert counts.rejected == 1
@@ -188,8 +213,8 @@ def test_the_review_workbook_filled_in_and_saved_is_a_corrections_file(ledger, t
     assert superseded["source_file"] == f"{tmp_path / 'reviewed.xlsx'} [review]"
     assert superseded["source_row"] == 3
     assert superseded[REASON].startswith("superseded by the later correction in row 2 of")
-    track = pl.read_parquet(tmp_path / "track_record.parquet").sort("entry_id")
-    assert track["entry_id"].to_list() == ["00500", "E00001"]
+    track = pl.read_parquet(tmp_path / "track_record.parquet").sort("id")
+    assert track["id"].to_list() == ["00500", "E00001"]
     assert track["right"].to_list() == [False, False]
     assert track["confidence"].to_list() == pytest.approx([0.61234567] * 2, rel=1e-6)
     assert track["novel"].to_list() == [False, True]

@@ -79,6 +79,14 @@ class Scores:
         probabilities = self.calibrated
         return probabilities.max(axis=1), probabilities.argmax(axis=1) == self.y_true
 
+    def non_novel_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """`confidence_and_correct` of the rows that may be posted, the novel ones left out: the
+        rows whose precision an auto-post threshold answers for."""
+        confidence, correct = self.confidence_and_correct()
+        if self.novel is None:
+            return confidence, correct
+        return confidence[~self.novel], correct[~self.novel]
+
 
 def postable_only(probabilities: np.ndarray, postable: np.ndarray | None) -> np.ndarray:
     """The probabilities with the accounts that take no postings (a chart's groups) at 0 and
@@ -187,8 +195,9 @@ def assess(
     track_record: TrackRecord | None = None,
 ) -> dict[str, Any]:
     """One model's report: metrics and calibration per split, and the auto-post threshold chosen
-    on validation and the track record with its coverage and precision on each (amounts: the
-    test rows'), novel rows never posted, and on test without that rule too."""
+    on the validation rows and track record that may be posted (novel rows never are) with its
+    coverage and precision on each (amounts: the test rows'), and on test without the novelty
+    rule too."""
     track_record = track_record or TrackRecord.read(None)
     report: dict[str, Any] = {"temperature": scores["test"].temperature}
     for split, view in scores.items():
@@ -197,7 +206,7 @@ def assess(
             "before": calibration_metrics(view.raw, view.y_true),
             "after": calibration_metrics(view.calibrated, view.y_true),
         }
-    weighed = track_record.with_validation(*scores["validation"].confidence_and_correct())
+    weighed = track_record.with_validation(*scores["validation"].non_novel_rows())
     threshold = auto_threshold(*weighed, review.target_precision, review.confidence_level)
     report["review"] = {
         "target_precision": review.target_precision,

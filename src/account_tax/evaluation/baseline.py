@@ -152,7 +152,8 @@ def train_baseline(
     Returns the metrics report: `validation` and `test` (see `classification_metrics`),
     `train_seconds` (vectorizers and classifier), and what was trained on.
     """
-    labels = LabelMap.read(paths.label_map).labels
+    label_map = LabelMap.read(paths.label_map)
+    labels = label_map.labels
     train, validation, test = (
         read_split(path, len(labels)) for path in (paths.train, paths.validation, paths.test)
     )
@@ -199,7 +200,10 @@ def train_baseline(
     indexed = {"train": paths.train, "validation": paths.validation}
     build_baseline_index(pipeline, indexed, labels).write(paths.evidence)
     write_parquet(
-        predictions_frame(test, probabilities["test"], settings.top_k, labels), paths.predictions
+        predictions_frame(
+            test, probabilities["test"], settings.top_k, labels, label_map.postable_mask()
+        ),
+        paths.predictions,
     )
     write_json(paths.metrics, report)
     log.info("baseline: %s", summary(report))

@@ -21,8 +21,9 @@ import polars as pl
 from sklearn.pipeline import Pipeline
 
 from account_tax.data.label_map import LABEL_MAP, LabelMap
-from account_tax.data.serialize import LABEL_ID, TEXT, read_split
+from account_tax.data.serialize import ID, LABEL_ID, TEXT, read_split
 from account_tax.data.split import SplitSettings
+from account_tax.errors import DataError
 from account_tax.evaluation.assessment import (
     BASELINE,
     ENSEMBLE,
@@ -53,6 +54,7 @@ from account_tax.evaluation.plots import (
     plot_baseline_comparison,
     plot_confusion_matrix,
     plot_f1_vs_support,
+    plot_nothing,
     plot_precision_coverage,
     plot_reliability,
     plot_training_curves,
@@ -177,7 +179,8 @@ def evaluate(
     }
     neighbours = find_neighbours(indexes, vectors, evidence_k)
     novelty = mark_novel(scores, neighbours, indexes, labels, review.novelty_quantile)
-    track_record = TrackRecord.read(paths.track_record)
+    scored_ids = pl.concat([splits["validation"][ID], splits["test"][ID]])
+    track_record = TrackRecord.read(paths.track_record, scored_ids)
     reports = {
         name: assess(view, labels, review, amounts, track_record) for name, view in scores.items()
     }
@@ -216,7 +219,9 @@ def evaluate(
     write_json(paths.metrics, metrics)
     test_scores = {name: view["test"] for name, view in scores.items()}
     shipped_test = test_scores[shipped.candidate]
-    test = predictions_frame(splits["test"], shipped_test.calibrated, top_k, labels)
+    test = predictions_frame(
+        splits["test"], shipped_test.calibrated, top_k, labels, label_map.postable_mask()
+    )
     test = test.with_columns(
         splits["test"][TEXT],
         pl.lit(shipped.candidate).alias(CANDIDATE),
@@ -266,6 +271,13 @@ def score_candidates(
     for name, split in splits.items():
         texts, y_true = split[TEXT].to_list(), split[LABEL_ID].to_numpy()
         logits, vectors[MODEL][name] = score_texts(model, tokenizer, texts, batch_size, max_length)
+        unscored = int((~np.isfinite(logits).all(axis=1)).sum())
+        if unscored:
+            # A NaN would pass as a confidence: its threshold NaN, nothing ever posted, unsaid.
+            raise DataError(
+                f"{paths.model}: {unscored} of the {len(texts)} {name} rows get logits that are"
+                " not finite numbers (a training run that diverged?): train it again"
+            )
         scores[MODEL][name] = Scores(logits, temperature, y_true, postable=postable)
         vectors[BASELINE][name] = baseline_features(pipeline, texts)
         scores[BASELINE][name] = Scores(
@@ -455,6 +467,16 @@ def draw_plots(
     F1 against support, the comparison with the baseline, reliability and precision-coverage."""
     exported = read_training_info(paths.model).get("exported") or {}
     plot_training_curves(read_history(paths.history), paths.curves, exported.get("step"))
+    if not test.height:
+        for path in (
+            paths.confusion,
+            paths.f1_support,
+            paths.comparison,
+            paths.reliability,
+            paths.precision_coverage,
+        ):
+            plot_nothing(path, "No test rows (the test split is empty): nothing to plot.")
+        return
     plot_confusion_matrix(
         test[LABEL_ID].to_numpy(), test[PREDICTED_LABEL_ID].to_numpy(), labels, paths.confusion
     )

@@ -75,6 +75,10 @@ def weighing_ngrams(
     baseline. Empty for a class the baseline never saw."""
     classifier = pipeline.named_steps["classifier"]
     names = pipeline.named_steps["features"].get_feature_names_out()
+    coefficients = classifier.coef_
+    if len(classifier.classes_) == 2:
+        # A classifier of two classes keeps one row, for the second; the first's is its negative.
+        coefficients = np.vstack([-coefficients[0], coefficients[0]])
     position = {int(label): row for row, label in enumerate(classifier.classes_)}
     result = []
     for row, label in enumerate(predicted):
@@ -83,7 +87,7 @@ def weighing_ngrams(
             result.append([])
             continue
         columns = features.indices[start:end]
-        weights = features.data[start:end] * classifier.coef_[position[int(label)], columns]
+        weights = features.data[start:end] * coefficients[position[int(label)], columns]
         ngrams: list[str] = []
         for at in np.argsort(-weights, kind="stable"):
             if len(ngrams) == n or weights[at] <= 0:

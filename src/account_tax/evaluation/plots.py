@@ -41,6 +41,14 @@ def _save(fig: plt.Figure, path: Path) -> None:
     plt.close(fig)
 
 
+def plot_nothing(path: Path, why: str) -> None:
+    """A figure that says why there is nothing to plot: the report still has its place."""
+    fig, ax = plt.subplots(figsize=(7, 2), dpi=100)
+    ax.text(0.5, 0.5, why, ha="center", va="center", wrap=True)
+    ax.set_axis_off()
+    _save(fig, path)
+
+
 def short_label(label: str, width: int = 36) -> str:
     """Long class names cut in the middle: the start and the end (`...Current` against
     `...Noncurrent`) are what tells two accounts apart."""

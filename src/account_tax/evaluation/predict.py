@@ -24,7 +24,7 @@ import polars as pl
 import scipy.sparse
 import torch
 
-from account_tax.data.clean import CleanSettings, usable_and_rejected
+from account_tax.data.clean import CleanSettings, usable_and_rejected, written_columns
 from account_tax.data.features import FeatureSettings, derived_columns
 from account_tax.data.ingest import SOURCE_FILE_KEY, ingest
 from account_tax.data.label_map import LABEL_MAP, LabelMap
@@ -91,12 +91,31 @@ BATCH_SIZE = 64
 """Texts per inference batch."""
 
 
+PREDICT_OWN_COLUMNS = frozenset(
+    {SOURCE_ROW, ID, TEXT, DECISION, AUTO_THRESHOLD, *PREDICTION_COLUMNS, *PROVENANCE_COLUMNS}
+)
+"""The columns predict writes of its own beside the record's."""
+
+
+def check_record_columns(spec: DataSpec) -> None:
+    """A prediction row carries the record's own columns as read, beside predict's, so that a
+    reviewed row comes back as the record (data.corrections): a data column named like one of
+    predict's could not ride along. Checked as predict and the backtest begin."""
+    clashing = [c for c in spec.columns if c in PREDICT_OWN_COLUMNS and not c == spec.id == ID]
+    if clashing:
+        raise DataError(
+            f"config `data.columns`: {', '.join(map(repr, clashing))} named like a column that"
+            f" predict writes of its own ({', '.join(sorted(PREDICT_OWN_COLUMNS))}; `{ID}` may"
+            " be the id column): a reviewed row could not bring the record back. Rename the"
+            " column in the data file"
+        )
+
+
 def record_columns(spec: DataSpec) -> list[str]:
     """The input's own columns that a prediction row carries as read (the label is there
-    already, cleaned): with its account filled in, a reviewed row is a whole record that
-    data.corrections can add to the ledger. A column named like one of predict's is left out."""
-    own = {SOURCE_ROW, ID, TEXT, DECISION, AUTO_THRESHOLD, *PREDICTION_COLUMNS, *PROVENANCE_COLUMNS}
-    return [c for c in spec.columns if c != spec.label and c not in own]
+    already, cleaned, and an id column named `id` is predict's own): with its account filled
+    in, a reviewed row is a whole record that data.corrections can add to the ledger."""
+    return [c for c in spec.columns if c not in (spec.label, ID)]
 
 
 @dataclass(frozen=True)
@@ -238,7 +257,7 @@ def scored_columns(
 ) -> list[pl.Series]:
     """The texts' top-k columns (see `top_k_columns`) and the evidence for their suggestions."""
     scored = candidate.score(texts)
-    columns = top_k_columns(scored.probabilities, k, candidate.labels)
+    columns = top_k_columns(scored.probabilities, k, candidate.labels, candidate.postable)
     predicted = columns[0].to_numpy()  # the suggestions' label ids
     return columns + candidate.evidence(scored, predicted, evidence_k)
 
@@ -282,8 +301,10 @@ class Predictor:
         """The predictor of a workflow's settings: its records as `data` describes them, its
         top k, evidence k and chunk rows from `predict`."""
         options = PredictSettings.of(settings["predict"])
+        spec = DataSpec.from_config(settings)
+        check_record_columns(spec)
         return cls(
-            DataSpec.from_config(settings),
+            spec,
             settings,
             candidate,
             provenance,
@@ -311,7 +332,7 @@ class Predictor:
             pl.col(self.spec.label),
         )
         as_read = records.lazy().select(
-            SOURCE_ROW, *(pl.col(c).cast(pl.String) for c in record_columns(self.spec))
+            SOURCE_ROW, *written_columns(records.schema, self.spec, record_columns(self.spec))
         )
         rows = serialized.join(as_read, on=SOURCE_ROW, how="left", maintain_order="left")
         if self.rules is None:

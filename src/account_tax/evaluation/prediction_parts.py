@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 import xlsxwriter
 
 from account_tax.data.label_map import LabelMap
-from account_tax.data.spec import CONFIDENCE
+from account_tax.data.spec import ACCOUNTS_SHEET, CONFIDENCE, REVIEW_SHEET
+from account_tax.errors import DataError
 from account_tax.io import (
     parquet_rows,
     replace_atomically,
@@ -181,9 +182,10 @@ def one_cell_lists(schema: pl.Schema) -> list[pl.Expr]:
     ]
 
 
-REVIEW_SHEET, ACCOUNTS_SHEET = "review", "accounts"
 EXCEL_ROWS = 1_048_576
 """The rows of a worksheet, its header's among them."""
+EXCEL_CELL_CHARACTERS = 32_767
+"""The most characters a workbook cell holds."""
 # Characters XML 1.0, and so a workbook, cannot hold.
 NOT_IN_A_WORKBOOK = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
@@ -228,13 +230,20 @@ def write_review_workbook(review: Path, target: Path, label_map: Path, batch_row
             _review_sheet(workbook, schema, text, formats, number, rows, label, len(accounts))
             for number, rows in enumerate(sizes, start=1)
         )
-        sheet, row = next(sheets), 0
+        sheet, row, written = next(sheets), 0, 0
         for batch in pq.ParquetFile(review).iter_batches(batch_size=batch_rows):
             for values in pl.from_arrow(batch).with_columns(one_cell_lists(schema)).iter_rows():
                 if row == per_sheet:
                     sheet, row = next(sheets), 0
-                row += 1
+                row, written = row + 1, written + 1
                 for column, value in enumerate(values):
+                    if isinstance(value, str) and len(value) > EXCEL_CELL_CHARACTERS:
+                        # A workbook would cut it, and the cut text come back as the record's.
+                        raise DataError(
+                            f"{review}: row {written}, column {columns[column]!r} holds"
+                            f" {len(value):,} characters, more than a workbook cell takes"
+                            f" ({EXCEL_CELL_CHARACTERS:,}): set predict.review_format: csv"
+                        )
                     _write_cell(sheet, row, column, value, formats)
         listed = workbook.add_worksheet(ACCOUNTS_SHEET)
         listed.set_column(0, 2, 30, formats["text"])
@@ -287,10 +296,11 @@ def _review_sheet(
 
 
 def _write_cell(sheet: Any, row: int, column: int, value: object, formats: dict[str, Any]) -> None:
-    """`value` as what it is: text (its characters that a workbook cannot hold replaced), a
-    number or true/false; nothing for none."""
+    """`value` as what it is: text (each control character a workbook cannot hold written as a
+    space, which clean collapses with the blanks beside it: a replacement character would make
+    the reviewed row a reject), a number or true/false; nothing for none."""
     if isinstance(value, str):
-        value = NOT_IN_A_WORKBOOK.sub("\ufffd", value)
+        value = NOT_IN_A_WORKBOOK.sub(" ", value)
         sheet.write_string(row, column, value, formats["lines" if "\n" in value else "text"])
     elif isinstance(value, bool):
         sheet.write_boolean(row, column, value)

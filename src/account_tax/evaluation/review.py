@@ -14,8 +14,10 @@ people reviewed and that came back as corrections (data/corrections.py), each wi
 confidence and whether it was the account they chose. The threshold is then chosen on the
 validation rows and the track record together. Calibrated confidences are taken at their word
 across runs and candidates; novel records are left out of the track record, as they are never
-posted. Once a run posts, its posted suggestions are not reviewed, so the track record grows
-below the threshold and keeps what earlier runs showed above it.
+posted, and so are the records of the validation and test splits (a reviewed record joins the
+ledger and may be drawn into either): validation's already count, test's are held out. Once a
+run posts, its posted suggestions are not reviewed, so the track record grows below the threshold
+and keeps what earlier runs showed above it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 import polars as pl
 from scipy.stats import beta
 
+from account_tax.data.serialize import ID
 from account_tax.data.spec import CONFIDENCE, NOVEL, RIGHT
 
 DECISION = "decision"
@@ -46,11 +49,16 @@ class TrackRecord:
     right: np.ndarray
 
     @classmethod
-    def read(cls, path: Path | None) -> TrackRecord:
-        """The correct stage's track record, novel records left out; empty without one."""
+    def read(cls, path: Path | None, scored: pl.Series | None = None) -> TrackRecord:
+        """The correct stage's track record, empty without one; novel records are left out, and
+        the records whose ids `scored` holds (the validation and test splits'): a validation
+        record already counts, with this model's confidence, and a test record is one the
+        threshold is judged on."""
         if path is None:
             return cls(np.empty(0), np.empty(0, dtype=bool))
-        rows = pl.read_parquet(path, columns=[CONFIDENCE, NOVEL, RIGHT]).filter(~pl.col(NOVEL))
+        rows = pl.read_parquet(path, columns=[ID, CONFIDENCE, NOVEL, RIGHT]).filter(~pl.col(NOVEL))
+        if scored is not None:
+            rows = rows.filter(~pl.col(ID).is_in(scored.cast(pl.String).implode()))
         return cls(rows[CONFIDENCE].to_numpy(), rows[RIGHT].to_numpy())
 
     def with_validation(self, confidence: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, ...]:

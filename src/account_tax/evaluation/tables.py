@@ -17,10 +17,19 @@ TOP_K_LABELS = "top_k_labels"
 TOP_K_PROBABILITIES = "top_k_probabilities"
 
 
-def top_k_columns(probabilities: np.ndarray, k: int, labels: list[str]) -> list[pl.Series]:
+def top_k_columns(
+    probabilities: np.ndarray, k: int, labels: list[str], postable: np.ndarray | None
+) -> list[pl.Series]:
     """The prediction (id and name), its probability (`confidence`), and the k most probable
-    classes (ids, names, probabilities), most probable first."""
-    ids, scores = top_k(probabilities, k)
+    classes (ids, names, probabilities), most probable first. An account that takes no postings
+    (not `postable`: a chart's group) is never listed, also where k exceeds the accounts that
+    do; a row's list is as long whatever other rows are scored with it."""
+    ranked = probabilities
+    if postable is not None:
+        k = min(k, int(postable.sum()))
+        ranked = np.where(postable, probabilities, -1.0)
+    ids, _ = top_k(ranked, k)
+    scores = np.take_along_axis(probabilities, ids, axis=1)
     names = np.asarray(labels, dtype=object)[ids]
     return [
         pl.Series(PREDICTED_LABEL_ID, ids[:, 0], dtype=pl.Int32),
@@ -33,7 +42,11 @@ def top_k_columns(probabilities: np.ndarray, k: int, labels: list[str]) -> list[
 
 
 def predictions_frame(
-    split: pl.DataFrame, probabilities: np.ndarray, k: int, labels: list[str]
+    split: pl.DataFrame,
+    probabilities: np.ndarray,
+    k: int,
+    labels: list[str],
+    postable: np.ndarray | None,
 ) -> pl.DataFrame:
     """One row per record: its true label (id and name), the prediction and the top k; readable
     without the label map."""
@@ -44,4 +57,4 @@ def predictions_frame(
         .replace_strict(list(range(len(labels))), labels, return_dtype=pl.String)
         .alias(LABEL),
     )
-    return truth.with_columns(top_k_columns(probabilities, k, labels))
+    return truth.with_columns(top_k_columns(probabilities, k, labels, postable))
