@@ -27,7 +27,11 @@ def main() -> None:
         "--test-predictions", type=Path, required=True, help="evaluate's test predictions"
     )
     parser.add_argument(
-        "--test-records", type=Path, required=True, help="raw test records (input example)"
+        "--split-records",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="the test, validation and train records: the first with rows gives the input example",
     )
     parser.add_argument("--model-receipt", type=Path, help="the model's upload receipt")
     parser.add_argument(
@@ -47,7 +51,7 @@ def main() -> None:
         args.baseline_evidence,
         args.evaluation,
         args.test_predictions,
-        args.test_records,
+        tuple(args.split_records),
         args.model_receipt,
         args.onnx,
         args.rules,

@@ -3,13 +3,21 @@ predictions are real files; the decision moves the alias only as docs/serving.md
 
 import datetime
 import json
+import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import polars as pl
 import pytest
 from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import (
+    PERMISSION_DENIED,
+    RESOURCE_ALREADY_EXISTS,
+    RESOURCE_DOES_NOT_EXIST,
+)
 from sample_ledger import ledger_row, ledger_spec
 
 from account_tax.data.clean import CleanSettings, clean
@@ -18,6 +26,7 @@ from account_tax.errors import DataError
 from account_tax.evaluation.ledger_rules import RuleSettings, learn_rules, report
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.io import sha256_file, write_json, write_parquet
+from account_tax.ports import free_ports
 from account_tax.tracking.champion import RegisterSettings, fetch_champion_model
 from account_tax.tracking.registry import (
     TEST_PREDICTIONS,
@@ -27,6 +36,7 @@ from account_tax.tracking.registry import (
     evaluated_rows_sha256,
     input_example,
     ledger_rules_tags,
+    register_version,
     request_records,
     rules_sentence,
 )
@@ -73,13 +83,17 @@ def add_champion(registry, frame: pl.DataFrame, threshold: str = "0.5") -> str:
     return version.version
 
 
-def decide(registry, verdict: str | None, ours: pl.DataFrame) -> dict:
-    client, uri, _ = registry
+def decide(registry, verdict: str | None, ours: pl.DataFrame, name: str = "m", uri=None) -> dict:
+    """The champion decision for a new version of model `name`, in the registry's store or in
+    the one at `uri`."""
+    client, registry_uri, _ = registry
+    if uri is not None:
+        client = MlflowClient(uri)
     shipped = ShippedCandidate.from_dict(
         {"candidate": "model", "threshold": 0.5, "verdict": verdict}
     )
     return champion_decision(
-        client, uri, "m", "champion", shipped, ours, LABELS, resamples=300, seed=1
+        client, uri or registry_uri, name, "champion", shipped, ours, LABELS, resamples=300, seed=1
     )
 
 
@@ -96,6 +110,22 @@ def test_better_than_the_baseline_and_no_champion_takes_it(registry):
         "moved": True,
         "why": "better than the baseline on test; there was no champion",
     }
+
+
+def test_a_model_not_yet_registered_has_no_champion(registry):
+    decision = decide(registry, "better", predictions(0.9, seed=1), name="new-model")
+    assert decision["why"] == "better than the baseline on test; there was no champion"
+
+
+def test_a_registry_that_cannot_be_read_moves_no_alias(registry, monkeypatch):
+    """Only a model or alias that does not exist means "no champion": a server that does not
+    answer is an error, never a champion alias moved without the comparison."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    (port,) = free_ports(1)
+    uri = f"http://127.0.0.1:{port}"
+    with pytest.raises(MlflowException, match=re.escape(uri)):
+        decide(registry, "better", predictions(0.9, seed=1), uri=uri)
 
 
 def test_a_champion_on_the_same_rows_must_be_beaten(registry):
@@ -298,9 +328,51 @@ def test_the_input_example_is_written_as_the_ledger_writes_its_records(tmp_path,
         return pl.read_parquet(folder / "clean.parquet")
 
     records = cleaned(path, tmp_path / "ledger")
-    records.write_parquet(tmp_path / "test_records.parquet")
-    example = input_example(tmp_path / "test_records.parquet", spec)
+    records.write_parquet(tmp_path / "validation.parquet")
+    # The test split is empty (split.test_fraction 0): the example is validation's.
+    records.clear().write_parquet(tmp_path / "test.parquet")
+    example = input_example([tmp_path / "test.parquet", tmp_path / "validation.parquet"], spec)
     assert example["amount"].tolist() == ["1234,56", "-0,5", "7,0"]
+    assert example["date"].tolist() == ["15.03.2024", "01.12.2023", "29.02.2024"]
     example.to_csv(tmp_path / "request.csv", index=False)
     again = cleaned(tmp_path / "request.csv", tmp_path / "request")
     assert again.select("amount", "date").equals(records.select("amount", "date"))
+
+
+class RegistryServer:
+    """A tracking server's registry as `register_version` sees it, at the moment another run's
+    registration of the same name is under way: the model is not there when asked for, and
+    there when this run creates it."""
+
+    def __init__(self, asked: int):
+        self.asked, self.versions = asked, []
+
+    def log_artifacts(self, run_id, folder, path):
+        pass
+
+    def get_run(self, run_id):
+        return SimpleNamespace(info=SimpleNamespace(artifact_uri=f"s3://bucket/{run_id}"))
+
+    def get_registered_model(self, name):
+        raise MlflowException(f"{name} not found", error_code=self.asked)
+
+    def create_registered_model(self, name, description):
+        raise MlflowException(f"{name} already exists", error_code=RESOURCE_ALREADY_EXISTS)
+
+    def create_model_version(self, name, source, run_id, tags):
+        self.versions.append(source)
+        return len(self.versions)
+
+
+def test_a_model_another_run_registered_meanwhile_takes_the_version(tmp_path):
+    server = RegistryServer(RESOURCE_DOES_NOT_EXIST)
+    assert register_version(server, "account-tax", "r1", tmp_path, {}) == 1
+    assert server.versions == ["s3://bucket/r1/prediction_model"]
+
+
+def test_a_registry_that_refuses_is_an_error_not_a_new_model(tmp_path):
+    """Only a model that does not exist is created: a refused login is raised as it is."""
+    server = RegistryServer(PERMISSION_DENIED)
+    with pytest.raises(MlflowException, match="not found"):
+        register_version(server, "account-tax", "r1", tmp_path, {})
+    assert server.versions == []

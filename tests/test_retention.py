@@ -37,6 +37,7 @@ from account_tax.storage.retention import (
 from account_tax.storage.s3 import (
     client,
     upload_checkpoint,
+    upload_segment,
 )
 
 pytest_plugins = ["s3_fixtures"]
@@ -400,3 +401,65 @@ def test_an_unreachable_s3_keeps_every_checkpoint(tmp_path, upload_settings, run
         run_dir, [receipts], KEEP_ONE, tmp_path / "report.json", client(upload_settings)
     )
     assert deleted(report) == [made[0].name, made[1].name]
+
+
+def test_a_receipt_of_a_bucket_no_longer_used_keeps_only_what_it_covers(
+    tmp_path, upload_settings, run_info, caplog
+):
+    """Receipts of an earlier upload.bucket (the local server's, before a user's own S3) stay
+    under results/upload/receipts: the checkpoints the current bucket proves still go; one whose
+    only receipt names the missing bucket is kept, and says so."""
+    _, receipts, made, uploaded = three_uploaded(tmp_path, upload_settings, run_info)
+    old_model = uploaded[0] | {"bucket": "bucket-before", "source": str(tmp_path / "old-model")}
+    (receipts / "model-before.json").write_text(json.dumps(old_model))
+    only_old = make_checkpoint(tmp_path / "checkpoints" / "run-old", 400, {"model.bin": 10})
+    make_checkpoint(tmp_path / "checkpoints" / "run-old", 500, {"model.bin": 10})
+    (receipts / "run-old.json").write_text(
+        json.dumps(uploaded[0] | {"bucket": "bucket-before", "source": str(only_old)})
+    )
+
+    caplog.set_level("INFO")
+    report = retain(
+        tmp_path / "checkpoints",
+        [receipts],
+        KEEP_ONE,
+        tmp_path / "report.json",
+        s3_of(upload_settings),
+    )
+
+    assert deleted(report) == [made[0].name, made[1].name]
+    (reason,) = kept(report)[only_old.name]
+    assert reason.startswith("S3 cannot be asked: bucket 'bucket-before' at endpoint")
+    assert "S3 cannot be asked about bucket 'bucket-before'" in caplog.text
+
+
+def test_a_segment_upload_that_waited_on_an_upload_of_its_checkpoint_sends_nothing_again(
+    tmp_path, upload_settings, run_info, caplog
+):
+    """Two segments' uploads at once (a rerun after an S3 failure, a fast next segment): the one
+    that found no receipt and then waited for the checkpoint's lock finds the other's receipt
+    proving it, and does not send the files a second time."""
+    run_dir, receipts = tmp_path / "checkpoints" / "run-abc", tmp_path / "receipts"
+    checkpoint = make_checkpoint(run_dir, 100, {"model.bin": 12 * MIB})
+    receipt = receipts / run_dir.name / f"{checkpoint.name}.json"
+    marker = tmp_path / "marker.json"
+    marker.write_text(json.dumps({"run_dir": str(run_dir), "step": 100, "segment": 2}))
+    caplog.set_level("INFO")
+    indexes = []
+
+    with paused_upload(checkpoint, receipt, run_info, upload_settings) as sending:
+        assert sending.wait(timeout=120)
+        segment = threading.Thread(
+            target=lambda: indexes.append(
+                upload_segment(marker, receipts, run_info, upload_settings)
+            )
+        )
+        segment.start()
+        wait_for(lambda: lock_waiters(lock_path(checkpoint)), "the segment never waited")
+    segment.join(timeout=120)
+
+    assert indexes == [{"segment": 2, "step": 100, "receipts": [str(receipt)], "not_uploaded": []}]
+    assert caplog.text.count(f"uploading {checkpoint}") == 1
+    assert "uploaded while this upload waited for it" in caplog.text
+    assert not list(receipt.parent.glob("*.replaced-*"))
+    assert_stored(json.loads(receipt.read_text()), upload_settings)

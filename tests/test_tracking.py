@@ -1,14 +1,21 @@
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 
+from account_tax.errors import DataError
+from account_tax.ports import free_ports
 from account_tax.rule_resources import read_benchmark
 from account_tax.stage_log import MAX_PARAM_LENGTH, flatten, log_stage, log_trial
 from account_tax.workflow_run import (
+    check_configured_uri,
     close_abandoned_run,
     finish_run,
     log_spooled,
@@ -271,3 +278,65 @@ def test_two_runs_starting_at_once_both_create_their_run_in_a_new_store(tmp_path
     stored = mlflow.search_runs([experiment.experiment_id])
     assert {run.info.run_id for run in stored} == run_ids
     assert len(run_ids) == 2
+
+
+RUN_ON_SERVER = r"""
+import sys
+from pathlib import Path
+from account_tax.workflow_run import finish_run, start_run
+raw, run_file = Path(sys.argv[1]), Path(sys.argv[2])
+config = {"data": {"path": str(raw)}, "tracking": {"experiment": "server"}}
+start_run(config, [raw], run_file, repo=raw.parent, command="snakemake")
+finish_run(run_file, raw.parent / "benchmarks", "FINISHED", repo=raw.parent)
+"""
+
+
+def test_a_tracking_servers_password_is_never_printed(tmp_path):
+    """A real `mlflow server`, its URI with a user and password in MLFLOW_TRACKING_URI: the run
+    is created and closed there, and neither job output nor run.json holds the password (MLflow
+    prints a server run's address as the run ends)."""
+    (port,) = free_ports(1)
+    command = [str(Path(sys.executable).parent / "mlflow"), "server", "-h", "127.0.0.1"]
+    command += ["-p", str(port), "--workers", "1"]
+    command += ["--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}"]
+    command += ["--default-artifact-root", str(tmp_path / "artifacts")]
+    server = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, "the MLflow server stopped"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the MLflow server did not come up"
+                time.sleep(0.5)
+        raw = tmp_path / "ledger.csv"
+        raw.write_text("a,b\n1,2\n")
+        run_file = tmp_path / "tracking" / "run.json"
+        uri = f"http://alice:s3cr3t-word@127.0.0.1:{port}"
+        job = subprocess.run(
+            [sys.executable, "-c", RUN_ON_SERVER, raw, run_file],
+            env=os.environ | {"MLFLOW_TRACKING_URI": uri},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert "s3cr3t" not in job.stdout + job.stderr
+        assert "s3cr3t" not in run_file.read_text()
+        run_id = json.loads(run_file.read_text())["run_id"]
+        run = MlflowClient(f"http://127.0.0.1:{port}").get_run(run_id)
+        assert run.info.status == "FINISHED"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+
+
+def test_a_password_in_the_configs_tracking_uri_is_refused_without_being_written():
+    with pytest.raises(DataError, match=r"tracking\.tracking_uri` holds a user") as refused:
+        check_configured_uri("https://alice:s3cr3t@mlflow.example.com")
+    assert "s3cr3t" not in str(refused.value)
+    check_configured_uri("https://mlflow.example.com")
+    check_configured_uri(None)

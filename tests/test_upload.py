@@ -593,6 +593,55 @@ def test_a_receipt_that_no_longer_proves_its_checkpoint_is_replaced(
     assert [Path(d["path"]).name for d in report["deleted"]] == [made[0].name, made[1].name]
 
 
+def test_a_damaged_earlier_checkpoint_is_left_out_and_the_others_go_up(
+    tmp_path, upload_settings, run_info, caplog
+):
+    """A file of an earlier checkpoint removed by hand: that one is named in the index as not
+    uploaded (retention keeps it, having no receipt) and the segment's others are uploaded;
+    the segment's own last checkpoint damaged fails the upload."""
+    run_dir, receipts = tmp_path / "checkpoints" / "run-abc", tmp_path / "receipts"
+    made = [make_checkpoint(run_dir, step, {"model.bin": 1000}) for step in (100, 200, 300)]
+    (made[0] / "model.bin").unlink()
+    marker = tmp_path / "marker.json"
+    marker.write_text(json.dumps({"run_dir": str(run_dir), "step": 300, "segment": 1}))
+
+    index = upload_segment(marker, receipts, run_info, upload_settings)
+
+    assert index["receipts"] == [str(receipts / run_dir.name / f"{m.name}.json") for m in made[1:]]
+    ((damaged, why),) = [(entry["path"], entry["why"]) for entry in index["not_uploaded"]]
+    assert damaged == str(made[0]) and "missing ['model.bin']" in why
+    assert f"{made[0]} not uploaded" in caplog.text
+    (made[2] / "model.bin").write_bytes(b"changed")
+    (receipts / run_dir.name / f"{made[2].name}.json").unlink()
+    with pytest.raises(CheckpointError, match=r"files differ from their manifest\.json sha256"):
+        upload_segment(marker, receipts, run_info, upload_settings)
+
+
+def test_a_receipt_of_an_earlier_bucket_is_uploaded_again_into_this_one(
+    tmp_path, upload_settings, run_info, caplog
+):
+    """upload.bucket changed (the local server's bucket, then a user's own): a segment's
+    checkpoint whose receipt names the earlier bucket is uploaded into the configured one,
+    without asking the earlier bucket anything (here a name the client refuses to ask about, as
+    a bucket of another account answers 403: asked, it failed every segment's upload)."""
+    run_dir, receipts = tmp_path / "checkpoints" / "run-abc", tmp_path / "receipts"
+    checkpoint = make_checkpoint(run_dir, 100, {"model.bin": 1000})
+    marker = tmp_path / "marker.json"
+    marker.write_text(json.dumps({"run_dir": str(run_dir), "step": 100, "segment": 1}))
+    upload_segment(marker, receipts, run_info, upload_settings)
+    path = receipts / run_dir.name / f"{checkpoint.name}.json"
+    earlier = json.loads(path.read_text()) | {"bucket": "bucket before"}
+    path.write_text(json.dumps(earlier))
+
+    caplog.set_level("INFO")
+    upload_segment(marker, receipts, run_info, upload_settings)
+
+    assert f"the receipt names bucket 'bucket before', not upload.bucket '{BUCKET}'" in caplog.text
+    (replaced,) = path.parent.glob(f"{path.name}.replaced-*")
+    assert json.loads(replaced.read_text()) == earlier
+    assert json.loads(path.read_text())["bucket"] == BUCKET
+
+
 def test_the_early_check_names_what_is_missing(tmp_path, upload_settings, s3_env, monkeypatch):
     """What the workflow asks before its first job (common.smk): the bucket of a reachable server
     with credentials passes; a missing bucket, no server, no credentials are each named."""
@@ -608,3 +657,25 @@ def test_the_early_check_names_what_is_missing(tmp_path, upload_settings, s3_env
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     assert unusable_store(upload_settings) == "no S3 credentials in the environment"
+
+
+@pytest.mark.parametrize(
+    ("answer", "kept"),
+    [("BucketAlreadyOwnedByYou", True), ("BucketAlreadyExists", True), ("AccessDenied", False)],
+)
+def test_the_local_server_keeps_its_bucket_from_an_earlier_run(tmp_path, monkeypatch, answer, kept):
+    """A second `make run` finds the bucket there: SeaweedFS 4.32 and later say it is ours, an
+    older `weed` on PATH that it exists; both are ours on a server of one identity. Any other
+    answer is an error."""
+
+    class Store:
+        def create_bucket(self, Bucket):
+            raise ClientError({"Error": {"Code": answer}}, "CreateBucket")
+
+    server = s3server.S3Server(None, "http://127.0.0.1:1", "key", "secret", tmp_path)
+    monkeypatch.setattr(s3server.S3Server, "client", lambda self: Store())
+    if kept:
+        server.create_bucket("account-tax")
+    else:
+        with pytest.raises(ClientError, match="AccessDenied"):
+            server.create_bucket("account-tax")

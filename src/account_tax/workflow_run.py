@@ -38,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psutil
 
+from account_tax.errors import DataError
 from account_tax.io import sha256_file, write_json
 from account_tax.rule_resources import benchmarks
 from account_tax.settings import SectionView
@@ -77,6 +78,17 @@ def without_userinfo(uri: str) -> str:
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def check_configured_uri(configured: str | None) -> None:
+    """A config file holds no secret: a user or password in `tracking.tracking_uri`, which goes
+    to the run's params and its config.json, is refused without writing it out."""
+    if configured and without_userinfo(configured) != configured:
+        raise DataError(
+            "config `tracking.tracking_uri` holds a user name or password, which never belong in"
+            " a config file: set the URI with them in MLFLOW_TRACKING_URI, or set"
+            " MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)"
+        )
 
 
 def redact_command(argv: Iterable[str]) -> str:
@@ -162,6 +174,9 @@ def package_versions() -> dict[str, str]:
 def client(uri: str):
     from mlflow import MlflowClient
 
+    if without_userinfo(uri) != uri:
+        # MLflow prints a server run's address as the run ends, the URI's password with it.
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     return MlflowClient(tracking_uri=uri)
 
 

@@ -6,6 +6,7 @@
 
 onstart:
     check_uploads_can_run()
+    check_backtest_can_run()
     abandoned = close_abandoned_run(Path(RUN_FILE))
     if abandoned is not None:
         logger.warning(

@@ -193,15 +193,19 @@ def delete_if_proven(
     return None
 
 
-def unreachable_buckets(s3, receipts: dict[Path, list[tuple[Path, dict[str, Any]]]]) -> str | None:
-    """Why S3 cannot be asked about the receipts' buckets, or None when every one answers."""
-    buckets = sorted({receipt["bucket"] for found in receipts.values() for _, receipt in found})
-    for bucket in buckets:
+def unreachable_buckets(s3, receipts: list[tuple[Path, dict[str, Any]]]) -> dict[str, str]:
+    """Why S3 cannot be asked about each bucket of the `receipts` that does not answer.
+
+    Per bucket: an old receipt naming a bucket no longer used (an earlier `upload.bucket`, the
+    local server's) keeps the checkpoints it covers, not every other checkpoint.
+    """
+    problems = {}
+    for bucket in sorted({receipt["bucket"] for _, receipt in receipts}):
         try:
             check_bucket(s3, bucket)
         except UploadError as error:
-            return str(error)
-    return None
+            problems[bucket] = str(error)
+    return problems
 
 
 def remove(directory: Path) -> None:
@@ -241,9 +245,6 @@ def retain(
     """Apply the policy to every `step-*` folder under `checkpoint_dir`, asking S3 (the client
     `s3`) about every upload before its checkpoint goes; write a JSON report."""
     receipts = load_receipts(receipt_paths)
-    unreachable = unreachable_buckets(s3, receipts)
-    if unreachable:
-        log.warning("S3 cannot be asked, so every checkpoint is kept: %s", unreachable)
     remove_leftovers(checkpoint_dir)
     runs: dict[Path, list[Checkpoint]] = {}
     for directory in sorted(checkpoint_dir.rglob(f"{STEP_PREFIX}*")):
@@ -251,16 +252,32 @@ def retain(
             runs.setdefault(directory.parent, []).append(
                 Checkpoint(directory, complete_manifest(directory))
             )
-    kept, deleted = [], []
     for checkpoints in runs.values():
         choose_kept(checkpoints, settings)
+    # Only the buckets of the receipts of checkpoints the policy lets go are asked about.
+    doomed = [c for checkpoints in runs.values() for c in checkpoints if not c.reasons]
+    unreachable = unreachable_buckets(
+        s3, [found for c in doomed for found in receipts.get(c.path.resolve(), [])]
+    )
+    for bucket, problem in unreachable.items():
+        log.warning(
+            "S3 cannot be asked about bucket %r: the checkpoints whose receipts name it"
+            " are kept: %s",
+            bucket,
+            problem,
+        )
+    kept, deleted = [], []
+    for checkpoints in runs.values():
         for checkpoint in checkpoints:
             removed = None
-            if unreachable and not checkpoint.reasons:
-                checkpoint.reasons.append(f"S3 cannot be asked: {unreachable}")
+            found = receipts.get(checkpoint.path.resolve(), [])
+            askable = [(path, r) for path, r in found if r["bucket"] not in unreachable]
+            if found and not askable and not checkpoint.reasons:
+                checkpoint.reasons.append(
+                    f"S3 cannot be asked: {unreachable[found[0][1]['bucket']]}"
+                )
             if not checkpoint.reasons:
-                found = receipts.get(checkpoint.path.resolve(), [])
-                removed = delete_if_proven(checkpoint, found, s3)
+                removed = delete_if_proven(checkpoint, askable, s3)
             if removed:
                 deleted.append(removed)
             else:

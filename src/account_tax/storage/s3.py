@@ -305,11 +305,17 @@ def check_checkpoint(directory: Path) -> tuple[dict[str, Any], dict[str, str]]:
     return manifest.fields, {MANIFEST: manifest.sha256} | dict(sorted(manifest.files.items()))
 
 
+def unusable_key_part(part: str) -> bool:
+    """Whether `part` cannot be one folder of an S3 key: empty, `.` or `..`, with a `/` or a
+    character that does not print."""
+    return not part or part in (".", "..") or "/" in part or not part.isprintable()
+
+
 def key_prefix(settings: UploadSettings, run: RunInfo, name: str) -> str:
     """`<prefix>/<experiment>/<run id>/<name>/`: a run never writes over another run's objects."""
     parts = [run.experiment_name, run.run_id, name]
     for part in parts:
-        if not part or part in (".", "..") or "/" in part or not part.isprintable():
+        if unusable_key_part(part):
             raise DataError(f"not usable in an S3 key: {part!r} (experiment, run id and name)")
     prefix = settings.prefix.strip("/")
     return "/".join([prefix, *parts] if prefix else parts) + "/"
@@ -342,11 +348,14 @@ def upload_checkpoint(
     *,
     s3=None,
     on_progress: Callable[[int], None] | None = None,
+    unless_proven: bool = False,
 ) -> dict[str, Any]:
     """Upload every file of a complete checkpoint, verify each object, then write the receipt.
 
     `s3` is a client (default: `client(settings)`); `on_progress` is called from the transfer
-    threads with the bytes sent since its last call. Raises CheckpointError for a folder that is
+    threads with the bytes sent since its last call. With `unless_proven`, a receipt that proves
+    the folder once the lock is held (another upload of it ended while this one waited) is
+    returned instead. Raises CheckpointError for a folder that is
     not a complete checkpoint or a file that does not match the manifest, and UploadError when the
     bucket is missing or refused, S3 fails, or an object cannot be proven; in all these cases no
     receipt is written (an earlier one at `receipt_path` stays as it was).
@@ -357,6 +366,11 @@ def upload_checkpoint(
     if not source.is_dir():  # checked again under the lock; the lock file needs its parent
         raise CheckpointError(f"{source}: no such checkpoint folder")
     with checkpoint_lock(source):
+        if unless_proven and receipt_mismatch(s3, receipt_path, source, settings.bucket) is None:
+            log.info(
+                "%s: uploaded while this upload waited for it; %s proves it", source, receipt_path
+            )
+            return read_receipt(receipt_path)
         manifest, expected = check_checkpoint(source)
         sizes = {relative: (source / relative).stat().st_size for relative in expected}
         single = {r: sha for r, sha in expected.items() if part_size(sizes[r], config) is None}
@@ -414,11 +428,16 @@ def unusable_store(settings: UploadSettings) -> str | None:
     """Why uploads cannot work in this environment, found in seconds before a workflow starts:
     no credentials, an endpoint that does not answer, a bucket that is missing or refused; None
     when the bucket answers."""
-    session = boto3.session.Session()
-    if session.get_credentials() is None:
-        return "no S3 credentials in the environment"
     try:
-        check_bucket(session.client("s3", config=PREFLIGHT), settings.bucket)
+        # A profile that does not exist, or a key without its secret, fails here.
+        session = boto3.session.Session()
+        if session.get_credentials() is None:
+            return "no S3 credentials in the environment"
+        s3 = session.client("s3", config=PREFLIGHT)
+    except BotoCoreError as error:
+        return f"the S3 credentials cannot be read: {error}"
+    try:
+        check_bucket(s3, settings.bucket)
     except UploadError as error:
         return str(error)
     return None
@@ -588,13 +607,16 @@ def missing_from_store(s3, receipt: Mapping[str, Any]) -> list[str]:
         return [found for found in pool.map(problem, objects) if found is not None]
 
 
-def receipt_mismatch(s3, receipt_path: Path, source: Path) -> str | None:
-    """None when the receipt still proves the folder as it is now: it is whole, names the current
-    manifest and exactly the files and sha256 the manifest lists, and S3 still holds every object
-    as it says; else why not (a new upload is due)."""
+def receipt_mismatch(s3, receipt_path: Path, source: Path, bucket: str) -> str | None:
+    """None when the receipt still proves the folder as it is now: it is whole, names `bucket`
+    (upload.bucket: an earlier bucket's receipt proves nothing in this one), the current manifest
+    and exactly the files and sha256 the manifest lists, and S3 still holds every object as it
+    says; else why not (a new upload is due)."""
     receipt = read_receipt(receipt_path)
     if receipt is None:
         return "no receipt" if not receipt_path.exists() else "the receipt is damaged"
+    if receipt["bucket"] != bucket:
+        return f"the receipt names bucket {receipt['bucket']!r}, not upload.bucket {bucket!r}"
     try:
         manifest = read_manifest(source)
     except ManifestError as error:
@@ -633,14 +655,14 @@ def upload_segment(
     marker = json.loads(marker_path.read_text(encoding="utf-8"))
     run_dir = Path(marker["run_dir"])
     s3 = client(settings)
-    receipts = []
+    receipts, not_uploaded = [], []
     for source in sorted(run_dir.glob(f"{STEP_PREFIX}*")):
         manifest_step = int(source.name.removeprefix(STEP_PREFIX))
         if manifest_step > marker["step"] or not (source / MANIFEST).is_file():
             continue
         name = f"{run_dir.name}-{source.name}"
         receipt_path = receipts_dir / run_dir.name / f"{source.name}.json"
-        why = receipt_mismatch(s3, receipt_path, source)
+        why = receipt_mismatch(s3, receipt_path, source, settings.bucket)
         if why is not None:
             if receipt_path.exists():
                 log.warning(
@@ -650,6 +672,25 @@ def upload_segment(
                     why,
                     keep_replaced(receipt_path),
                 )
-            upload_checkpoint(source, name, run, settings, receipt_path, s3=s3)
+            try:
+                upload_checkpoint(
+                    source, name, run, settings, receipt_path, s3=s3, unless_proven=True
+                )
+            except CheckpointError as error:
+                if not source.is_dir():
+                    continue  # deleted by retention meanwhile, so proven before
+                if manifest_step == marker["step"]:
+                    raise
+                # An earlier checkpoint changed since training sealed it (a file removed by
+                # hand): training would not resume from it either. It keeps no receipt, so
+                # retention keeps it; the others still go up.
+                log.warning("%s not uploaded: %s", source, error)
+                not_uploaded.append({"path": str(source), "why": str(error)})
+                continue
         receipts.append(str(receipt_path))
-    return {"segment": marker["segment"], "step": marker["step"], "receipts": receipts}
+    return {
+        "segment": marker["segment"],
+        "step": marker["step"],
+        "receipts": receipts,
+        "not_uploaded": not_uploaded,
+    }

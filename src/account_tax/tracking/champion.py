@@ -15,6 +15,7 @@ from typing import Any
 import mlflow.artifacts
 import yaml
 from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
 
 from account_tax.errors import DataError
 from account_tax.settings import SectionView
@@ -33,11 +34,19 @@ class RegisterSettings(SectionView):
 
 
 def current_version(client, name: str, alias: str):
-    """The version holding `alias`, or None (no such model or alias yet)."""
+    """The version holding `alias`, or None where the model or the alias does not exist yet.
+
+    Any other failure of the registry (a server that does not answer, a refused login) is raised:
+    read as "no champion", it would move the champion alias without the champion comparison.
+    """
     try:
-        return client.get_model_version_by_alias(name, alias)
-    except MlflowException:
-        return None
+        model = client.get_registered_model(name)
+    except MlflowException as error:
+        if error.error_code == ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
+            return None
+        raise
+    version = model.aliases.get(alias)
+    return None if version is None else client.get_model_version(name, version)
 
 
 def fetch_champion_model(

@@ -32,6 +32,7 @@ import logging
 import os
 import tempfile
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,15 @@ import numpy as np
 import pandas as pd
 import polars as pl
 from mlflow.exceptions import MlflowException
-from mlflow.protos.databricks_pb2 import BAD_REQUEST, INTERNAL_ERROR
+from mlflow.protos.databricks_pb2 import (
+    BAD_REQUEST,
+    INTERNAL_ERROR,
+    RESOURCE_ALREADY_EXISTS,
+    RESOURCE_DOES_NOT_EXIST,
+    ErrorCode,
+)
 
-from account_tax.data.clean import REASON, written_number
+from account_tax.data.clean import REASON, written_columns
 from account_tax.data.label_map import LABEL_MAP, LabelMap
 from account_tax.data.serialize import ID
 from account_tax.data.spec import DataSpec
@@ -247,12 +254,13 @@ def record_config(config: dict[str, Any]) -> dict[str, Any]:
     return chosen
 
 
-def input_example(test_records: Path, spec: DataSpec) -> pd.DataFrame:
-    """A few test records, as text in their configured formats."""
-    frame = pl.read_parquet(test_records).head(INPUT_EXAMPLE_ROWS).select(list(input_columns(spec)))
-    frame = frame.with_columns(pl.col(c).dt.strftime(spec.date_format) for c in spec.date)
-    frame = frame.with_columns(written_number(pl.col(c), spec.number_format) for c in spec.numeric)
-    return frame.with_columns(pl.all().cast(pl.String)).to_pandas()
+def input_example(split_records: Sequence[Path], spec: DataSpec) -> pd.DataFrame:
+    """A few records as a request sends them, text in their configured formats: the test
+    split's, or where it is empty (split.test_fraction 0) the next split's."""
+    frame = next(frame for path in split_records if (frame := pl.read_parquet(path)).height).head(
+        INPUT_EXAMPLE_ROWS
+    )
+    return frame.select(written_columns(frame.schema, spec, list(input_columns(spec)))).to_pandas()
 
 
 def requirements(pyproject: Path, base_model: str) -> list[str]:
@@ -283,7 +291,7 @@ def save_prediction_model(
     baseline_evidence: Path,
     shipped: ShippedCandidate,
     test_predictions: Path,
-    test_records: Path,
+    split_records: Sequence[Path],
     provenance: Provenance,
     pyproject: Path,
     predict: PredictSettings,
@@ -328,7 +336,7 @@ def save_prediction_model(
         if rules is not None:
             artifacts["rules"], artifacts["rules_report"] = map(str, rules)
         info = read_training_info(model_dir)
-        example = input_example(test_records, spec)
+        example = input_example(split_records, spec)
         # The output schema from the model's own answer to the example; no input schema: the
         # model checks requests itself (see the module's docstring).
         loaded = PredictionModel()
@@ -459,16 +467,21 @@ def champion_decision(
 
 def register_version(client, name: str, run_id: str, folder: Path, tags: dict[str, str]):
     """Log the saved model into the run's artifacts (its one stored copy) and register it."""
-    from mlflow.exceptions import MlflowException
-
     client.log_artifacts(run_id, str(folder), ARTIFACT_PATH)
     source = f"{client.get_run(run_id).info.artifact_uri}/{ARTIFACT_PATH}"
     try:
         client.get_registered_model(name)
-    except MlflowException:
-        client.create_registered_model(
-            name, description="account-tax: raw accounting records to account suggestions"
-        )
+    except MlflowException as error:
+        if error.error_code != ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
+            raise
+        try:
+            client.create_registered_model(
+                name, description="account-tax: raw accounting records to account suggestions"
+            )
+        except MlflowException as raced:
+            # Another run's registration on the same server created it meanwhile.
+            if raced.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
+                raise
     return client.create_model_version(name, source, run_id=run_id, tags=tags)
 
 
@@ -482,7 +495,7 @@ class RegisterPaths:
     baseline_evidence: Path
     evaluation: Path
     test_predictions: Path
-    test_records: Path
+    split_records: tuple[Path, ...]
     model_receipt: Path | None
     onnx: Path | None
     rules: Path | None
@@ -538,7 +551,7 @@ def register(paths: RegisterPaths, settings: dict[str, Any], tracking: Path) -> 
             baseline_evidence=paths.baseline_evidence,
             shipped=shipped,
             test_predictions=paths.test_predictions,
-            test_records=paths.test_records,
+            split_records=paths.split_records,
             provenance=provenance,
             pyproject=paths.pyproject,
             predict=PredictSettings.of(settings["predict"]),
@@ -547,9 +560,9 @@ def register(paths: RegisterPaths, settings: dict[str, Any], tracking: Path) -> 
             rules=(paths.rules, paths.rules_report) if paths.rules else None,
         )
         stored_bytes = folder_bytes(folder)
-        # One registration at a time: the champion check and the alias move go together.
+        # One registration at a time: the champion check and the alias move go together. The
+        # check comes first, so that one that fails leaves no version without an alias behind.
         with store_lock(uri):
-            version = register_version(client, options.name, run["run_id"], folder, tags)
             champion = champion_decision(
                 client,
                 uri,
@@ -561,6 +574,7 @@ def register(paths: RegisterPaths, settings: dict[str, Any], tracking: Path) -> 
                 resamples=evaluate.bootstrap_resamples,
                 seed=evaluate.seed,
             )
+            version = register_version(client, options.name, run["run_id"], folder, tags)
             client.set_registered_model_alias(
                 options.name, options.candidate_alias, version.version
             )
