@@ -37,7 +37,7 @@ from account_tax.backtest.replay import (
     trained_model,
     trained_on,
 )
-from account_tax.data.serialize import TEXT
+from account_tax.data.serialize import ID, TEXT
 from account_tax.data.spec import NOVEL
 from account_tax.evaluation.evidence import NEAREST_SIMILARITY, is_novel, novelty_threshold
 from account_tax.evaluation.predict import Candidate
@@ -65,8 +65,15 @@ def validation_scores(workdir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def period_track_record(workdir: Path, config: dict) -> TrackRecord:
-    """The track record the period's evaluate weighed: the correct stage's, with corrections."""
-    return TrackRecord.read(workdir / TRACK_RECORD if config["data"]["corrections"] else None)
+    """The track record the period's evaluate weighed: the correct stage's, with corrections,
+    less the records of the period's validation and test splits."""
+    if not config["data"]["corrections"]:
+        return TrackRecord.read(None)
+    scored = pl.concat(
+        pl.read_parquet(workdir / f"results/serialize/{name}.parquet", columns=[ID])
+        for name in ("validation", "test")
+    )
+    return TrackRecord.read(workdir / TRACK_RECORD, scored[ID])
 
 
 def period_rows(
@@ -84,15 +91,23 @@ def period_rows(
     novel = predictions[NOVEL].to_numpy()
     posted = {"shipped": (predictions[DECISION] == AUTO).to_numpy()}
     validation_confidence, validation_right, validation_nearest = validation_scores(workdir)
-    evidence = record.with_validation(validation_confidence, validation_right)
-    target = config["review"]["target_precision"]
-    for level in levels:
-        threshold = auto_threshold(*evidence, target, level)
-        posted[str(level)] = decisions(confidence, threshold, novel) == AUTO
-    threshold = auto_threshold(*evidence, target, config["review"]["confidence_level"])
-    for quantile in quantiles:
+
+    def evidence(quantile: float) -> tuple[float | None, tuple[np.ndarray, ...]]:
+        """The novelty threshold at `quantile`, and what evaluate weighs with it: the validation
+        rows that are not novel, and the track record."""
         similar = novelty_threshold(validation_nearest, validation_right, quantile)
+        kept = ~is_novel(validation_nearest, similar)
+        return similar, record.with_validation(validation_confidence[kept], validation_right[kept])
+
+    target = config["review"]["target_precision"]
+    _, configured = evidence(config["review"]["novelty_quantile"])
+    for level in levels:
+        threshold = auto_threshold(*configured, target, level)
+        posted[str(level)] = decisions(confidence, threshold, novel) == AUTO
+    for quantile in quantiles:
+        similar, weighed = evidence(quantile)
         novel = is_novel(predictions[NEAREST_SIMILARITY].to_numpy(), similar)
+        threshold = auto_threshold(*weighed, target, config["review"]["confidence_level"])
         posted[f"q{quantile}"] = decisions(confidence, threshold, novel) == AUTO
     hindsight = hindsight_auto_share(predictions, label, target)
     row: dict[str, object] = {

@@ -2,6 +2,7 @@
 records flowing back as corrections and each period's training warm-started from the period
 before's model."""
 
+import datetime
 import itertools
 import json
 import sys
@@ -24,15 +25,22 @@ from account_tax.backtest.periods import (
     replayed_periods,
 )
 from account_tax.backtest.replay import (
+    CANDIDATES,
     hindsight_auto_share,
+    macro_f1_figures,
+    period_config,
     posted_records,
     run_workflow,
     supported_target,
+    write_records,
     wrong_posts_of_new_accounts,
 )
+from account_tax.data.clean import CleanSettings, clean
+from account_tax.data.ingest import ingest
 from account_tax.data.spec import DataSpec
 from account_tax.data.split import TRAINED_ROWS
 from account_tax.errors import DataError
+from account_tax.settings import complete
 
 pytestmark = pytest.mark.workflow
 
@@ -213,12 +221,17 @@ def test_reviewed_records_come_back_as_corrections_with_the_account_a_person_cho
         assert record.height == counts["track_record"] == earlier
         shown = pl.concat(
             pl.read_parquet(run / "results/predict/period.review.parquet") for run in runs[:index]
-        ).join(record, left_on="id", right_on="entry_id", suffix="_reviewed")
+        ).join(record, on="id", suffix="_reviewed")
         assert shown.height == earlier
         assert (shown["right"] == (shown["predicted_label"] == shown["account"])).all()
         assert (shown["novel"] == shown["novel_reviewed"]).all()
+        # Less the records drawn into this period's validation or test split.
+        scored = pl.concat(
+            pl.read_parquet(runs[index] / f"results/serialize/{name}.parquet", columns=["id"])
+            for name in ("validation", "test")
+        )["id"]
         weighed = table["track_record_rows"][index]
-        assert weighed == record.filter(~pl.col("novel")).height
+        assert weighed == record.filter(~pl.col("novel") & ~pl.col("id").is_in(scored)).height
         evaluation = json.loads((runs[index] / "results/evaluate/metrics.json").read_text())
         assert evaluation["review"]["track_record"]["rows"] == weighed
         summary = (runs[index] / "results/evaluate/summary.html").read_text()
@@ -306,6 +319,62 @@ def test_the_supported_target_is_the_shipped_candidates():
     assert supported_target(evaluation) == 0.99
     evaluation["comparison"]["shipped"]["candidate"] = "fine-tuned"
     assert supported_target(evaluation) == 0.5
+    # A period whose validation split is empty, with no track record: no rows to support one.
+    evaluation["review"]["highest_supported_target"] = None
+    assert supported_target(evaluation) is None
+
+
+def test_a_period_with_an_empty_test_split_has_no_macro_f1():
+    """Evaluate gives no intervals where the test split is empty: the period's figures say so,
+    where the backtest failed after the period's whole run."""
+    interval = {"macro_f1": {"value": 0.8, "low": 0.7, "high": 0.9}}
+    tested = {"comparison": {"bootstrap": {"models": dict.fromkeys(CANDIDATES.values(), interval)}}}
+    figures = macro_f1_figures(tested)
+    assert figures["model_macro_f1"] == 0.8 and figures["ensemble_macro_f1_high"] == 0.9
+    assert macro_f1_figures({"comparison": {"verdict": None}}) == dict.fromkeys(figures)
+
+
+def test_a_typed_ledgers_period_files_read_back_as_its_records(tmp_path):
+    """A Parquet ledger's dates and numbers are typed; the period's CSV ledger is read with the
+    config's date and number formats, so it holds them written in those formats, and ingest and
+    clean give the records back. A model named by a relative path is found from the period's
+    own folder."""
+    records = pl.DataFrame(
+        {
+            "entry_id": ["E1", "E2"],
+            "date": [datetime.datetime(2024, 3, 15, 10, 30), datetime.datetime(2024, 12, 1)],
+            "vendor": ["Acme GmbH", "Globex"],
+            "memo": ["office chairs", "rent"],
+            "amount": [1234.5, -17.25],
+            "account": ["4930", "4210"],
+        }
+    )
+    ledger = tmp_path / "ledger.parquet"
+    records.write_parquet(ledger)
+    config = ledger_config(ledger, date_format="%d.%m.%Y", number_format="1.234,5")
+    config["train"] = {"model": "models/mine"}
+    config = complete(config, whole=True)
+    spec = DataSpec.from_config(config)
+    ingest(spec, tmp_path / "ingested.parquet")
+    write_records(pl.read_parquet(tmp_path / "ingested.parquet"), spec, tmp_path / "p/ledger.csv")
+    period = period_config(config, tmp_path / "p/ledger.csv", tmp_path / "p/new.csv", [], None)
+    period_spec = DataSpec.from_config(period)
+    ingest(period_spec, tmp_path / "p/ingested.parquet")
+    counts = clean(
+        tmp_path / "p/ingested.parquet",
+        period_spec,
+        tmp_path / "p/clean.parquet",
+        tmp_path / "p/rejects.parquet",
+        CleanSettings.of(period["clean"]),
+    )
+    assert counts.rows_out == 2, pl.read_parquet(tmp_path / "p/rejects.parquet")["reason"]
+    read_back = pl.read_parquet(tmp_path / "p/clean.parquet")
+    assert read_back["date"].to_list() == [datetime.date(2024, 3, 15), datetime.date(2024, 12, 1)]
+    assert read_back["amount"].to_list() == [1234.5, -17.25]
+    assert period["train"]["model"] == str(Path("models/mine").resolve())
+    assert period_config(complete(ledger_config(ledger), whole=True), ledger, ledger, [], None)[
+        "train"
+    ]["model"].startswith("pkg:")
 
 
 def test_posted_records_join_the_ledger_by_their_row_whatever_their_id_looks_like():
@@ -426,6 +495,8 @@ def test_a_backtest_needs_a_date_on_every_record_and_an_id(tmp_path):
     undated = DataSpec.from_config(ledger_config(tmp_path / "x.csv", columns=columns))
     with pytest.raises(DataError, match=r"no date column \(data.columns.date\)"):
         dated_records(raw, labelled, undated, BacktestSettings.of())
+    with pytest.raises(DataError, match=r"`backtest.date_column`: 'memo' is not among the data's"):
+        dated_records(raw, labelled, spec, BacktestSettings.of(date_column="memo"))
 
 
 def test_every_periods_run_uses_the_projects_compiled_extensions(tmp_path, monkeypatch):

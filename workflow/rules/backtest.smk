@@ -17,7 +17,8 @@ rule backtest_variant:
         "../../envs/train.yaml"
     container:
         "containers/train.sif"
-    # Each period's workflow run gets them all (Snakemake caps them at --cores).
+    # Each period's workflow run gets them all: Snakemake caps them at --cores, and a cluster
+    # profile sets them (profiles/slurm: set-threads).
     threads: 1024
     params:
         script=script("backtest"),

@@ -48,20 +48,33 @@ def period_labels(dates: pl.Expr, period: str) -> pl.Expr:
     return dates.dt.year().cast(pl.String) + "-Q" + dates.dt.quarter().cast(pl.String)
 
 
+def date_column(spec: DataSpec, settings: BacktestSettings) -> str:
+    """The column whose dates place the records in periods: `backtest.date_column`, one of the
+    data's date columns, else the first of them. A backtest also needs the records' ids: checked
+    here, before any job where a backtest is among them (workflow/rules/common.smk)."""
+    if spec.id is None:
+        raise DataError(
+            "backtest: the data has no id column (data.columns.id): posted and reviewed records"
+            " are followed by id"
+        )
+    if not spec.date:
+        raise DataError("backtest: the data has no date column (data.columns.date)")
+    column = settings.date_column or spec.date[0]
+    if column not in spec.date:
+        raise DataError(
+            f"config `backtest.date_column`: {column!r} is not among the data's date columns"
+            f" (data.columns.date: {list(spec.date)})"
+        )
+    return column
+
+
 def dated_records(
     raw: Path, labelled: Path, spec: DataSpec, settings: BacktestSettings
 ) -> pl.DataFrame:
     """Every usable record as read (strings, the ledger's own columns) with its period, its true
     account and its `source_row`, in ledger order. Rows without a date cannot be placed: an
     error names how many."""
-    column = settings.date_column or (spec.date[0] if spec.date else None)
-    if column is None:
-        raise DataError("backtest: the data has no date column (data.columns.date)")
-    if spec.id is None:
-        raise DataError(
-            "backtest: the data has no id column (data.columns.id): posted and reviewed records"
-            " are followed by id"
-        )
+    column = date_column(spec, settings)
     truth = pl.read_parquet(labelled).select(
         SOURCE_ROW, period_labels(pl.col(column), settings.period).alias(PERIOD), spec.label
     )

@@ -25,15 +25,17 @@ import yaml
 
 from account_tax.backtest.periods import PERIOD, BacktestSettings, Variant, replayed_periods
 from account_tax.cpu_time import children_cpu_seconds
+from account_tax.data.clean import written_columns
 from account_tax.data.label_map import LABEL_MAP, LabelMap
 from account_tax.data.serialize import TEXT
 from account_tax.data.spec import NOVEL, DataSpec
 from account_tax.errors import DataError
 from account_tax.evaluation.assessment import BASELINE, ENSEMBLE, MODEL
-from account_tax.evaluation.predict import AUTO_THRESHOLD, Candidate
+from account_tax.evaluation.predict import AUTO_THRESHOLD, Candidate, check_record_columns
 from account_tax.evaluation.review import AUTO, DECISION, decisions, precision_coverage_curve
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, PREDICTED_LABEL
+from account_tax.io import PACKAGE_PREFIX
 from account_tax.settings import SOURCE_ROW
 from account_tax.training.settings import EXTENSIONS_DIR
 
@@ -86,9 +88,11 @@ COLUMNS = (
 
 
 def write_records(frame: pl.DataFrame, spec: DataSpec, path: Path) -> None:
-    """Records as the ledger's CSV: its columns, as read, label included."""
+    """Records as the ledger's CSV: its columns, as read, label included; a date or number that a
+    Parquet or Excel ledger typed in the config's formats, as the period's CSV is read with them."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    frame.select(spec.columns).write_csv(path, quote_style="non_numeric")
+    written = written_columns(frame.schema, spec, spec.columns)
+    frame.select(written).write_csv(path, quote_style="non_numeric")
 
 
 def period_config(
@@ -105,9 +109,11 @@ def period_config(
     data = period["data"]
     nulls = sorted({*data["null_values"], ""})
     data.update(path=str(ledger), format="csv", csv_separator=",", null_values=nulls)
+    # The period's run works in a folder of its own: files named relative to this one.
     if isinstance(data["classes"], str):
-        # The period's run works in a folder of its own: a chart named relative to this one.
         data["classes"] = str(Path(data["classes"]).resolve())
+    if not period["train"]["model"].startswith(PACKAGE_PREFIX):
+        period["train"]["model"] = str(Path(period["train"]["model"]).resolve())
     data["corrections"] = [str(path) for path in corrections]
     period["predict"] = {**period.get("predict", {}), "inputs": {NEW_RECORDS: str(new_records)}}
     period["train"] = {**period["train"], "init_from": str(init_model) if init_model else "none"}
@@ -185,12 +191,15 @@ def candidate_reports(evaluation: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {MODEL: evaluation, BASELINE: evaluation[BASELINE], ENSEMBLE: evaluation[ENSEMBLE]}
 
 
-def supported_target(evaluation: dict[str, Any]) -> float:
+def supported_target(evaluation: dict[str, Any]) -> float | None:
     """The highest target precision that the shipped candidate's validation rows (with the
-    track record) supported: where it is below the target, nothing could be posted."""
+    track record) supported: where it is below the target, nothing could be posted. None without
+    such rows (an empty validation split and no track record)."""
     shipped = ShippedCandidate.from_dict(evaluation["comparison"]["shipped"])
-    review = candidate_reports(evaluation)[shipped.candidate]["review"]
-    return review["highest_supported_target"]["target_precision"]
+    supported = candidate_reports(evaluation)[shipped.candidate]["review"][
+        "highest_supported_target"
+    ]
+    return None if supported is None else supported["target_precision"]
 
 
 def candidate_decisions(
@@ -259,6 +268,17 @@ def hindsight_auto_share(predictions: pl.DataFrame, label: str, target_precision
     return float(rows[meets].max()) / predictions.height if meets.any() else 0.0
 
 
+def macro_f1_figures(evaluation: dict[str, Any]) -> dict[str, float | None]:
+    """Each candidate's test macro-F1 and its interval; None where the period's test split is
+    empty (evaluate then has no intervals and gives no verdict)."""
+    intervals = evaluation["comparison"].get("bootstrap", {}).get("models")
+    return {
+        f"{column}_macro_f1{end}": intervals[name]["macro_f1"][key] if intervals else None
+        for column, name in CANDIDATES.items()
+        for end, key in (("", "value"), ("_low", "low"), ("_high", "high"))
+    }
+
+
 def score_period(
     period: str,
     records: pl.DataFrame,
@@ -289,7 +309,6 @@ def score_period(
     held = predictions.filter(pl.col(NOVEL) & (pl.col(CONFIDENCE) >= pl.col(AUTO_THRESHOLD)))
     held_right = held.filter(pl.col(PREDICTED_LABEL) == pl.col(spec.label)).height
     evaluation = json.loads((workdir / EVALUATION).read_text("utf-8"))
-    intervals = evaluation["comparison"]["bootstrap"]["models"]
     counts_path = workdir / "results/correct/counts.json"
     counts = json.loads(counts_path.read_text(encoding="utf-8")) if counts_path.exists() else {}
     return {
@@ -314,11 +333,7 @@ def score_period(
         "corrections_rejected": counts.get("rejected", 0),
         "track_record_rows": evaluation["review"]["track_record"]["rows"],
         "supported_target": supported_target(evaluation),
-        **{
-            f"{column}_macro_f1{end}": intervals[name]["macro_f1"][key]
-            for column, name in CANDIDATES.items()
-            for end, key in (("", "value"), ("_low", "low"), ("_high", "high"))
-        },
+        **macro_f1_figures(evaluation),
         **candidate_decisions(workdir, evaluation, predictions, spec),
         "train_cpu_minutes": train_cpu_minutes(workdir),
         "cpu_minutes": spent.cpu_seconds / 60,
@@ -355,6 +370,8 @@ def replay(
     """Run the loop over the replayed periods in `folder` (one workflow folder per period) and
     return one row of figures per period."""
     spec = DataSpec.from_config(config)
+    # Every period predicts, and its reviewed rows come back as records.
+    check_record_columns(spec)
     periods = replayed_periods(records, settings)
     ledger = records.filter(pl.col(PERIOD) < periods[0])
     corrections: list[Path] = []
