@@ -39,12 +39,12 @@ S3_DIR := .cache/s3
 S3_ENV := $(S3_DIR)/env
 S3_PID := $(S3_DIR)/server.pid
 
-# Without an S3 endpoint in the environment, uploads go to a local SeaweedFS server that runs
-# for the length of the workflow (its data stays in $(S3_DIR)).
+# Without an S3 endpoint or credentials in the environment, uploads go to a local SeaweedFS
+# server that runs for the length of the workflow (its data stays in $(S3_DIR)).
 run: $(STAMP)
 	@if $(SNAKEMAKE) --dry-run --quiet 2>&1 | grep -q "Nothing to be done"; then \
 		echo "Nothing to be done: all results are up to date."; \
-	elif [ -n "$$AWS_ENDPOINT_URL$$AWS_ENDPOINT_URL_S3" ]; then \
+	elif [ -n "$$AWS_ENDPOINT_URL$$AWS_ENDPOINT_URL_S3$$AWS_ACCESS_KEY_ID$$AWS_PROFILE" ]; then \
 		$(SNAKEMAKE) --cores $(CORES); \
 	else \
 		$(BIN)/python -m account_tax.storage.s3server start --dir $(S3_DIR)/data --pid-file $(S3_PID) \

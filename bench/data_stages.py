@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib.metadata import version
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -388,8 +389,11 @@ def machine() -> dict[str, Any]:
         "system": platform.platform(),
         "debian": debian.read_text().strip() if debian.is_file() else None,
         "python": platform.python_version(),
+        # datasets only where the baseline side runs (`make bench` installs it).
         "packages": {
-            name: version(name) for name in ("polars", "numpy", "pandas", "pyarrow", "datasets")
+            name: version(name)
+            for name in ("polars", "numpy", "pandas", "pyarrow", "datasets")
+            if name != "datasets" or find_spec(name)
         },
     }
 

@@ -85,6 +85,8 @@ def read_env(path: Path) -> Env:
                 if line.startswith("-e"):
                     target = line[2:].strip().strip('"')
                     location, _, extra = target.partition("[")
+                    # As pip expands it, with the value the workflow sets: the repository's root.
+                    location = location.replace("${ACCOUNT_TAX_ROOT}", str(path.parents[1]))
                     editable.append((path.parent / location).resolve())
                     extras.append(extra.rstrip("]"))
                     continue

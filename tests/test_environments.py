@@ -10,6 +10,8 @@ data env and runs a rule in it.
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
 import sys
 import tomllib
 from functools import cache
@@ -17,6 +19,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+import yaml
 from apptainer_envs import (
     CONTAINERS,
     LOCKSTEP,
@@ -90,11 +93,34 @@ def test_env_pins_agree_with_pyproject(name):
 @pytest.mark.parametrize("name", ENV_NAMES)
 def test_env_installs_the_project_from_this_checkout(name):
     env = read_env(REPO / "envs" / f"{name}.yaml")
-    assert env.editable == [REPO], f"{name}.yaml must install the checkout: `-e ../`"
+    assert env.editable == [REPO], f"{name}.yaml must install the checkout: ${{ACCOUNT_TAX_ROOT}}"
     # Only the core dependencies and this kind of stage's extra, not every stage's packages.
     expected = "" if name == "data" else name
     assert env.extras == [expected]
     assert expected == "" or expected in PYPROJECT["project"]["optional-dependencies"]
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_the_checkout_installs_from_where_conda_runs_the_envs_pip_step(name, tmp_path):
+    """Snakemake copies an env file to .snakemake/conda/<hash>.yaml, and conda runs the file's pip
+    lines as a requirements file from that folder: the project's line must name the checkout
+    from there, as pip reads it with ACCOUNT_TAX_ROOT set as the workflow sets it."""
+    data = yaml.safe_load((REPO / "envs" / f"{name}.yaml").read_text(encoding="utf-8"))
+    (pip,) = [entry["pip"] for entry in data["dependencies"] if isinstance(entry, dict)]
+    conda_folder = tmp_path / ".snakemake" / "conda"
+    conda_folder.mkdir(parents=True)
+    requirements = conda_folder / "condaenv.requirements.txt"
+    requirements.write_text("".join(f"{line}\n" for line in pip if line.startswith("-e")))
+    install = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index"]
+    result = subprocess.run(
+        [*install, "--no-build-isolation", "-r", requirements.name],
+        cwd=conda_folder,
+        env=os.environ | {"ACCOUNT_TAX_ROOT": str(REPO)},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Would install account-tax-" in result.stdout
 
 
 def test_every_rule_runs_in_an_env_and_a_container_of_the_same_kind():
@@ -199,17 +225,38 @@ def stage_rules() -> list:
     return [rule for rule in RULES if rule.script and rule.conda]
 
 
-@pytest.mark.parametrize("rule", stage_rules(), ids=lambda rule: rule.name)
-def test_every_package_a_stage_imports_is_in_its_env(rule):
-    env = read_env(rule.conda_env())
-    available = closure({pin.name for pin in env.pins})
+def missing_imports(rule, available: set[str]) -> list[str]:
+    """The third-party imports of the rule's script that no distribution of `available` serves."""
     script = REPO / "scripts" / f"{rule.script}.py"
-    missing = [
+    return [
         f"{top} (imported in {where})"
         for top, where in sorted(third_party_imports(script).items())
         if not providers(top) & available
     ]
+
+
+@pytest.mark.parametrize("rule", stage_rules(), ids=lambda rule: rule.name)
+def test_every_package_a_stage_imports_is_in_its_env(rule):
+    env = read_env(rule.conda_env())
+    missing = missing_imports(rule, closure({pin.name for pin in env.pins}))
     assert not missing, f"rule {rule.name}: envs/{env.name}.yaml lacks {missing}"
+
+
+def extra_packages(extra: str) -> set[str]:
+    """The distributions `pip install .[extra]` asks for: the core dependencies and the extra's
+    ("" for none)."""
+    project = PYPROJECT["project"]
+    lines = [*project["dependencies"], *project["optional-dependencies"].get(extra, [])]
+    return {canonicalize_name(Requirement(line).name) for line in lines}
+
+
+@pytest.mark.parametrize("rule", stage_rules(), ids=lambda rule: rule.name)
+def test_every_package_a_stage_imports_comes_with_its_pyproject_extra(rule):
+    """`pip install .[train]` (or `.[tracking]`, or `.` for the data stages) alone runs the
+    stages of that kind, as the env that installs the same extra does."""
+    extra = read_env(rule.conda_env()).extras[0]
+    missing = missing_imports(rule, closure(extra_packages(extra)))
+    assert not missing, f"rule {rule.name}: pyproject.toml's [{extra}] lacks {missing}"
 
 
 def test_the_model_package_of_the_default_config_is_in_the_train_env():
@@ -222,6 +269,14 @@ def test_the_model_package_of_the_default_config_is_in_the_train_env():
     assert providers(package) & {pin.name for pin in env.pins}, (
         f"envs/train.yaml lacks the package of {model}"
     )
+
+
+def test_the_backtest_env_holds_the_snakemake_it_runs():
+    """A backtest variant's job runs the workflow itself, period by period, as `python -m
+    snakemake` (backtest/replay.py): in its env, under --sdm conda or apptainer."""
+    (rule,) = [rule for rule in RULES if rule.name == "backtest_variant"]
+    assert '"snakemake"' in (REPO / "src/account_tax/backtest/replay.py").read_text()
+    assert "snakemake" in {pin.name for pin in read_env(rule.conda_env()).pins}
 
 
 @pytest.mark.parametrize("name", ENV_NAMES)
@@ -251,3 +306,16 @@ def test_container_readme_documents_a_build_command_for_each_image():
     readme = (CONTAINERS / "README.md").read_text(encoding="utf-8")
     for name in ENV_NAMES:
         assert f"apptainer build containers/{name}.sif containers/{name}.def" in readme
+
+
+def test_container_readme_lists_each_rule_under_its_environment():
+    readme = (CONTAINERS / "README.md").read_text(encoding="utf-8")
+    listed = {
+        row.split("|")[1].strip().strip("`"): {r.strip() for r in row.split("|")[2].split(",")}
+        for row in readme.splitlines()
+        if row.startswith("| `")
+    }
+    for rule in RULES:
+        if rule.conda:
+            assert rule.name in listed[rule.conda_env().stem], rule.name
+    assert sum(map(len, listed.values())) == sum(1 for rule in RULES if rule.conda)

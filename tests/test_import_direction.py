@@ -7,15 +7,20 @@ one that runs no model would pay seconds to import torch, PEFT and transformers 
 development guide's map of the package names every module."""
 
 import ast
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from reviewed_ledger import CLEAN_COUNTS, clean_ledger
+from sample_ledger import ledger_config
+from test_baseline import write_dataset
 
 import account_tax
 from account_tax.code_hash import imported_package_files
+from account_tax.settings import complete
 
 PACKAGE = Path(account_tax.__file__).parent
 HELPERS = "helpers"
@@ -112,18 +117,64 @@ def test_training_code_reaches_no_evaluation_module():
     ],
 )
 def test_a_job_loads_no_library_it_has_no_use_for(script, not_loaded):
+    assert loaded(script, ["--help"], not_loaded) == []
+
+
+# What a job that runs no model must not load as it works, also inside its functions.
+MODEL_LIBRARIES = ("torch", "peft", "transformers", "deepspeed")
+
+
+def test_the_baseline_job_loads_no_model_library_as_it_trains(tmp_path):
+    """It builds its evidence index (training/evidence.py imports torch where it searches one)
+    without searching it."""
+    paths = write_dataset(tmp_path)
+    arguments = [
+        "--train", paths.train, "--validation", paths.validation, "--test", paths.test,
+        "--label-map", paths.label_map, "--model-output", paths.model,
+        "--metrics", paths.metrics, "--predictions", paths.predictions,
+        "--evidence", paths.evidence, "--settings", "{}",
+    ]  # fmt: skip
+    assert loaded("baseline", arguments, MODEL_LIBRARIES) == []
+    assert paths.metrics.is_file()
+
+
+def test_the_correct_job_reads_csv_corrections_without_a_workbook_library(tmp_path):
+    classes = ["4930", "4210", "4400", "1800", "0000"]
+    _, records = clean_ledger(tmp_path, classes)
+    reviewed = tmp_path / "reviewed.csv"
+    reviewed.write_text("entry_id,account\nE00001,4210\n")
+    config = complete(
+        ledger_config(tmp_path / "ledger.csv", classes=classes, corrections=[str(reviewed)])
+    )
+    out = tmp_path / "correct"
+    arguments = [
+        "--input", records, "--clean-counts", tmp_path / CLEAN_COUNTS,
+        "--corrections", reviewed, "--output", out / "records.parquet",
+        "--rejects", out / "rejects.parquet", "--counts", out / "counts.json",
+        "--track-record", out / "track_record.parquet", "--summary", out / "summary.tsv",
+        "--settings", json.dumps(config),
+    ]  # fmt: skip
+    assert loaded("correct", arguments, ("openpyxl", *MODEL_LIBRARIES)) == []
+    assert json.loads((out / "counts.json").read_text())["applied"] == 1
+
+
+def loaded(script: str, arguments: list, libraries: tuple[str, ...]) -> list[str]:
+    """Which of `libraries` are in sys.modules once scripts/`script`.py has run with `arguments`
+    in a new process (and ended well)."""
     path = PACKAGE.parents[1] / "scripts" / f"{script}.py"
     code = f"""
 import runpy, sys
-sys.argv = [{path.name!r}, "--help"]
+sys.argv = [{path.name!r}, *{[str(argument) for argument in arguments]!r}]
 try:
     runpy.run_path({str(path)!r}, run_name="__main__")
-except SystemExit:
-    pass
-print(sorted(name for name in {not_loaded!r} if name in sys.modules))
+except SystemExit as exit_:
+    if exit_.code:
+        raise
+print(sorted(name for name in {libraries!r} if name in sys.modules))
 """
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert run.stdout.strip().splitlines()[-1] == "[]"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return ast.literal_eval(run.stdout.strip().splitlines()[-1])
 
 
 def test_the_development_guide_names_every_module_where_it_lives():

@@ -15,6 +15,8 @@ import pytest
 import yaml
 from sample_ledger import LEDGER_COLUMNS, ledger_config, small_ledger
 
+from account_tax.ports import free_ports
+
 REPO = Path(__file__).resolve().parents[1]
 VENV = Path(sys.executable).parents[1]
 
@@ -35,8 +37,10 @@ def clone(target: Path) -> Path:
     return target
 
 
-def make_run(repository: Path) -> subprocess.CompletedProcess:
+def make_run(repository: Path, s3: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`make run CONFIG=my.yaml` with no AWS variables in the environment but `s3`."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
+    env |= s3 or {}
     # DeepSpeed's compiled CPU module, shared with the other tests (minutes to build).
     env["TORCH_EXTENSIONS_DIR"] = str(REPO / ".cache" / "torch_extensions")
     command = ["make", "run", "CONFIG=my.yaml", f"VENV={VENV}", "-o", f"{VENV}/.installed"]
@@ -132,3 +136,41 @@ def test_make_run_on_my_own_ledger_and_chart(short_folder):
     again = make_run(repository)
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout
+
+
+@pytest.mark.parametrize(
+    ("s3_environment", "problem"),
+    [
+        # An endpoint of your own: here one where nothing answers.
+        (
+            {
+                "AWS_ENDPOINT_URL": "http://127.0.0.1:{port}",
+                "AWS_ACCESS_KEY_ID": "key",
+                "AWS_SECRET_ACCESS_KEY": "secret",
+            },
+            "cannot check bucket 'account-tax' at endpoint http://127.0.0.1:{port}",
+        ),
+        # AWS itself: credentials and no endpoint; here a profile that does not exist.
+        ({"AWS_PROFILE": "no-such-profile"}, "profile (no-such-profile) could not be found"),
+        # A key without its secret.
+        ({"AWS_ACCESS_KEY_ID": "key"}, "missing: AWS_SECRET_ACCESS_KEY"),
+    ],
+)
+def test_make_run_uploads_where_the_environment_says(short_folder, s3_environment, problem):
+    """With an endpoint or credentials in the environment, `make run` starts no local S3
+    server: the workflow takes the S3 they name, and where that cannot take the uploads it stops
+    before any job, saying why."""
+    repository = clone(short_folder / "account-tax")
+    small_ledger(repository / "ledger.csv")
+    config = ledger_config(Path("ledger.csv"))
+    (repository / "my.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    (port,) = free_ports(1)
+    environment = {name: value.format(port=port) for name, value in s3_environment.items()}
+
+    result = make_run(repository, environment)
+
+    assert result.returncode != 0
+    assert "uploads are on (upload.enabled) but S3 cannot take them" in result.stderr
+    assert problem.format(port=port) in result.stderr
+    assert not (repository / ".cache/s3").exists()
+    assert not (repository / "results").exists()

@@ -326,6 +326,13 @@ def test_profiles_are_valid_and_default_to_sacct():
     assert slurm["executor"] == "slurm"
     assert slurm["slurm-status-command"] == "sacct"
     assert set(slurm["set-resources"]["train"]) >= {"gres", "cpus_per_gpu", "mem_mb", "runtime"}
+    # A rule that asks for every core (Snakemake caps it at --cores, which a cluster run does
+    # not set) gets its threads from the profile, else sbatch is asked for all of them.
+    for rules in (REPO / "workflow/rules").glob("*.smk"):
+        for block in re.split(r"^rule ", rules.read_text(), flags=re.M)[1:]:
+            threads = re.search(r"^    threads: (\d+)$", block, re.M)
+            rule = block.split(":", 1)[0]
+            assert not threads or int(threads[1]) <= 64 or rule in slurm["set-threads"], rule
     squeue = "# slurm-status-command: squeue"
     assert squeue in (REPO / "profiles/slurm/config.yaml").read_text()
     # profiles/default is the workflow profile of every run, cluster runs too, and wins over

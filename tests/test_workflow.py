@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 import yaml
 from mlflow import MlflowClient
-from sample_ledger import ledger_config, ledger_row, small_ledger
+from sample_ledger import LEDGER_COLUMNS, ledger_config, ledger_row, small_ledger
 from workflow_runner import (
     REPO,
     SECRETS,
@@ -200,10 +200,84 @@ def config_error_lines(result) -> list[str]:
             "review.rules.columns: ['payee'] not among the data's columns other than the label"
             " (['entry_id', 'memo', 'vendor', 'amount', 'date'])",
         ),
+        (
+            "split",
+            "min_class_size",
+            2,
+            "split.min_class_size must exceed the number of held-out splits (2) so that every"
+            " stratified class keeps a training row",
+        ),
+        (
+            "split",
+            "strategy",
+            "time",
+            "split.strategy 'time' needs split.date_column to name one of the data's date"
+            " columns (data.columns.date: ['date']), not None",
+        ),
+        (
+            "evaluate",
+            "amount_column",
+            "vendor",
+            "config `evaluate.amount_column`: 'vendor' is not among the data's numeric columns"
+            " (data.columns.numeric: ['amount'])",
+        ),
+        (
+            "data",
+            "columns",
+            {**LEDGER_COLUMNS, "categorical": ["vendor", "entry_id"]},
+            "config `data.columns`: column 'entry_id' has more than one role (id, categorical);"
+            " give each column one",
+        ),
+        (
+            "train",
+            "init_from",
+            "results/train/segment-1/model",
+            "config `train.init_from`: 'results/train/segment-1/model' is under results/, which"
+            " this run writes (its training replaces the model it would start from); copy the"
+            " model folder elsewhere, e.g. models/, and name that",
+        ),
+        (
+            "register",
+            "champion_alias",
+            "prod champion",
+            "config `register.champion_alias`: 'prod champion' is not allowed: an MLflow alias is"
+            " letters, digits, `_` and `-`, and neither `latest` nor `v` and digits (names MLflow"
+            " reserves)",
+        ),
+        (
+            "serialize",
+            "fields",
+            [{"column": "memo"}, {"column": "account", "name": "booked to"}],
+            "config `serialize.fields` names 'account', which gives each record's account away"
+            " (the label, or where it came from); new records to predict have none",
+        ),
+        (
+            "backtest",
+            "date_column",
+            "memo",
+            "config `backtest.date_column`: 'memo' is not among the data's date columns"
+            " (data.columns.date: ['date'])",
+        ),
+        (
+            "register",
+            "champion_alias",
+            "candidate",
+            "config `register`: candidate_alias and champion_alias are the same alias, which"
+            " every new version would take without the champion comparison",
+        ),
+        (
+            "tracking",
+            "tracking_uri",
+            "https://alice:s3cr3t@mlflow.example.com",
+            "config `tracking.tracking_uri` holds a user name or password, which never belong in"
+            " a config file: set the URI with them in MLFLOW_TRACKING_URI, or set"
+            " MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)",
+        ),
     ],
 )
 def test_a_bad_config_stops_before_any_job_with_one_line(tmp_path, section, key, value, message):
-    """The key, the problem and what is allowed, and not the schema (hundreds of lines)."""
+    """The key, the problem and what is allowed, and not the schema (hundreds of lines); a
+    secret in the config is not repeated."""
     config = ledger_config(tmp_path / "ledger.csv")
     config.setdefault(section, {})[key] = value
     result = snakemake(tmp_path, *SERIALIZED, config=config, check=False)
@@ -212,6 +286,32 @@ def test_a_bad_config_stops_before_any_job_with_one_line(tmp_path, section, key,
     assert message in lines
     assert len(lines) <= 4, result.stderr
     assert "schema" not in result.stderr
+    assert "s3cr3t" not in result.stdout + result.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_warm_start_without_record_ids_stops_before_any_job(tmp_path):
+    config = ledger_config(tmp_path / "ledger.csv", columns={**LEDGER_COLUMNS, "id": None})
+    config["train"] = {"init_from": "champion"}
+    result = snakemake(tmp_path, *SERIALIZED, config=config, check=False)
+    assert result.returncode != 0
+    assert (
+        "config `train.init_from` needs `data.columns.id`: a warm start keeps the records its"
+        " model learned in train by their ids, and a row number names another record once the"
+        " ledger is sorted or cut otherwise"
+    ) in config_error_lines(result)
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_backtest_of_undated_records_stops_before_any_job(tmp_path):
+    """The bundled data has no date column: `snakemake backtest` says so before it cleans."""
+    columns = {role: column for role, column in LEDGER_COLUMNS.items() if role != "date"}
+    config = ledger_config(tmp_path / "ledger.csv", columns=columns)
+    config["upload"] = {"enabled": False}
+    small_ledger(tmp_path / "ledger.csv")
+    result = snakemake(tmp_path, "backtest", config=config, check=False)
+    assert result.returncode != 0
+    assert "backtest: the data has no date column (data.columns.date)" in result.stderr
     assert not (tmp_path / "results").exists()
 
 
@@ -301,6 +401,12 @@ def test_uploads_without_s3_stop_before_any_job(tmp_path, monkeypatch):
     assert "upload: {enabled: false}" in result.stderr
     # Snakemake printed its plan, then stopped before the first job: nothing was written.
     assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+    # An experiment named as a folder path (as on Databricks) cannot name a folder of the keys.
+    named = snakemake(
+        tmp_path, config=config | {"tracking": {"experiment": "team/ledger"}}, env=env, check=False
+    )
+    assert "tracking.experiment 'team/ledger' cannot name a folder of S3 keys" in named.stderr
+    assert not (tmp_path / "results").exists()
 
     # Without uploads the same config plans the workflow up to evaluate, register and predict.
     config["upload"] = {"enabled": False}
@@ -308,17 +414,72 @@ def test_uploads_without_s3_stop_before_any_job(tmp_path, monkeypatch):
     assert "train" in jobs_run(planned) and "upload_model" not in jobs_run(planned)
 
 
-@pytest.mark.parametrize(
-    "stage", ["ingest", "clean", "features", "split", "serialize", "ledger_rules"]
-)
-def test_each_script_runs_on_its_own(stage):
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / f"{stage}.py"), "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
+def test_each_data_stage_runs_on_its_own_as_in_the_workflow(finished_run, tmp_path):
+    """ingest to serialize, each script run by hand on the last one's files (no Snakemake),
+    write what the workflow's jobs wrote."""
+    workdir, _, config, _ = finished_run
+    # Other tests change this workdir's config; bring its results back in line with it first.
+    snakemake(workdir, *SERIALIZED, config=config)
+    settings = tmp_path / "config.yaml"
+    settings.write_text(json.dumps(config))
+    out = tmp_path / "out"
+
+    def stage(name, *options):
+        subprocess.run(
+            [sys.executable, str(REPO / "scripts" / f"{name}.py"), "--settings", str(settings)]
+            + [str(option) for option in options],
+            check=True,
+            capture_output=True,
+        )
+
+    stage("ingest", "--output", out / "records.parquet")
+    stage(
+        "clean",
+        "--input", out / "records.parquet",
+        "--output", out / "clean.parquet",
+        "--rejects", out / "rejects.parquet",
+        "--counts", out / "counts.json",
+        "--summary", out / "summary.tsv",
+    )  # fmt: skip
+    stage(
+        "features",
+        "--input", out / "clean.parquet",
+        "--output", out / "features.parquet",
+        "--label-map", out / "label_map.json",
+        "--plot", out / "classes.png",
+    )  # fmt: skip
+    stage(
+        "split",
+        "--input", out / "features.parquet",
+        "--out-dir", out / "split",
+        "--plot", out / "split.png",
+        "--counts-table", out / "split.tsv",
+    )  # fmt: skip
+    for name in ("train", "validation", "test"):
+        stage(
+            "serialize",
+            "--input", out / "split" / f"{name}.parquet",
+            "--label-map", out / "label_map.json",
+            "--output", out / f"{name}.parquet",
+            "--split", name,
+        )  # fmt: skip
+
+    results = workdir / "results"
+    assert pl.read_parquet(out / "records.parquet").equals(
+        pl.read_parquet(results / "ingest/records.parquet")
     )
-    assert "--settings" in result.stdout
+    for mine, workflows in (
+        ("counts.json", "clean/counts.json"),
+        ("label_map.json", "features/label_map.json"),
+        ("split/split_report.json", "split/split_report.json"),
+    ):
+        assert json.loads((out / mine).read_text()) == json.loads(
+            (results / workflows).read_text()
+        ), mine
+    for name in ("train", "validation", "test"):
+        assert pl.read_parquet(out / f"{name}.parquet").equals(
+            pl.read_parquet(results / f"serialize/{name}.parquet")
+        ), name
 
 
 def test_readme_forced_rerun_and_rerun_triggers(finished_run):

@@ -56,7 +56,8 @@ from account_tax.settings import complete
 from account_tax.storage.manifest import content_sha256
 from account_tax.tracking.registry import save_prediction_model
 from account_tax.training.evidence import EvidenceIndex
-from account_tax.training.inference import load_classifier, score_texts
+from account_tax.training.head_init import trained_head
+from account_tax.training.inference import load_classifier, rewrite_head, score_texts
 from account_tax.training.onnx_model import export_onnx
 
 pytestmark = pytest.mark.workflow
@@ -175,10 +176,17 @@ def test_training_ran_in_two_segments_with_checkpoints_outside_the_outputs(train
     # Both jobs of the one rule exported the best model they had; the last one's is evaluated.
     halfway = json.loads((workdir / "results/train/segment-1/metrics.json").read_text())
     assert halfway["steps"] == 12 and halfway["stopped"] == "the segment's end"
+    exported = {}
     for segment, steps in ((1, 12), (2, 24)):
         outputs = workdir / f"results/train/segment-{segment}"
         assert (outputs / "model/adapter_model.safetensors").is_file()
+        info = json.loads((outputs / "model/training_info.json").read_text())
+        exported[segment] = info["exported"]["step"]
         assert len((outputs / "history.jsonl").read_text().splitlines()) == steps
+    # Each exported the best epoch's end (6 steps an epoch) of the steps it had, the one its
+    # metrics name.
+    assert exported[1] in (6, 12) and exported[2] in (6, 12, 18, 24)
+    assert (halfway["exported_step"], metrics["exported_step"]) == (exported[1], exported[2])
 
 
 def test_evaluation_compares_with_the_baseline_and_says_which_wins(trained):
@@ -339,7 +347,7 @@ def assert_reviewed_file_corrects(trained, reviewed, review, chosen, folder):
         for entry, vendor in as_read.select("entry_id", "vendor").iter_rows()
         if entry in joined["entry_id"]
     }
-    track_record = pl.read_parquet(folder / "track_record.parquet").sort("entry_id")
+    track_record = pl.read_parquet(folder / "track_record.parquet").sort("id")
     suggested = review.sort("id")
     assert track_record["predicted_label"].to_list() == suggested["predicted_label"].to_list()
     assert track_record["confidence"].to_list() == pytest.approx(
@@ -665,7 +673,7 @@ def test_the_registered_model_carries_its_runs_ledger_rules(trained, tmp_path):
         baseline_evidence=evidence,
         shipped=shipped,
         test_predictions=workdir / "results/evaluate/test_predictions.parquet",
-        test_records=workdir / "results/split/test.parquet",
+        split_records=[workdir / "results/split/test.parquet"],
         provenance=provenance,
         pyproject=REPO / "pyproject.toml",
         predict=options,
@@ -817,9 +825,14 @@ def test_a_second_workflow_run_gets_its_own_mlflow_run_and_s3_keys(trained):
     assert {first_run["run_id"], second_run["run_id"]} <= run_ids
 
 
-def run_evaluate(workdir, train_records, out, split_settings, model=None):
-    """scripts/evaluate.py on the trained workflow's model (or `model`) and splits, with
-    `train_records` as what was trained on; the metrics and the summary page."""
+def run_evaluate(workdir, train_records, out, split_settings, model=None, test=None):
+    """scripts/evaluate.py on the trained workflow's model (or `model`) and splits (test's, or
+    `test`: its serialized and split files), with `train_records` as what was trained on; the
+    metrics and the summary page."""
+    test = test or (
+        workdir / "results/serialize/test.parquet",
+        workdir / "results/split/test.parquet",
+    )
     settings = {
         "review": {"target_precision": 0.5, "confidence_level": 0.5},
         "evaluate": {"bootstrap_resamples": 100, "seed": 13, "amount_column": None},
@@ -850,11 +863,11 @@ def run_evaluate(workdir, train_records, out, split_settings, model=None):
         "--validation",
         str(workdir / "results/serialize/validation.parquet"),
         "--test",
-        str(workdir / "results/serialize/test.parquet"),
+        str(test[0]),
         "--train-records",
         str(train_records),
         "--test-records",
-        str(workdir / "results/split/test.parquet"),
+        str(test[1]),
         "--history",
         str(workdir / "results/train/segment-2/history.jsonl"),
         "--baseline-model",
@@ -896,6 +909,55 @@ def test_evaluate_scores_test_rows_of_groups_never_seen_in_train(trained, tmp_pa
     assert chosen["test"]["unseen_groups"]["accuracy"] == pytest.approx(accuracy)
     assert (
         f"{test.height - 2} rows whose entry_id is not in train" in outputs["summary"].read_text()
+    )
+
+
+def test_evaluate_without_test_rows_gives_no_verdict_and_its_plots(trained, tmp_path):
+    """split.test_fraction 0, or classes too small to hold any out: evaluate scores validation,
+    fits the threshold, says there is no verdict and draws its plots, where it failed on the
+    empty test split's curves."""
+    workdir, *_ = trained
+    empty = []
+    for path in ("results/serialize/test.parquet", "results/split/test.parquet"):
+        empty.append(tmp_path / path.replace("/", "-"))
+        pl.read_parquet(workdir / path).clear().write_parquet(empty[-1])
+    outputs = run_evaluate(
+        workdir,
+        workdir / "results/split/train.parquet",
+        tmp_path / "evaluate",
+        {"strategy": "stratified"},
+        test=empty,
+    )
+    report = json.loads(outputs["metrics"].read_text())
+    assert report["comparison"]["verdict"] is None
+    assert report["validation"]["samples"] > 0 and report["test"]["samples"] == 0
+    assert pl.read_parquet(outputs["predictions"]).height == 0
+    assert "No verdict: the test split is empty" in outputs["summary"].read_text()
+    assert all(outputs[plot].stat().st_size > 0 for plot in ("reliability", "precision-coverage"))
+
+
+def test_a_model_whose_logits_are_not_numbers_is_refused_by_evaluate(trained, tmp_path):
+    """A head of NaN, as a diverged run leaves: evaluate stops naming the model, where the NaN
+    confidences made a NaN threshold that posts nothing."""
+    workdir, *_ = trained
+    diverged = shutil.copytree(workdir / "results/train/segment-2/model", tmp_path / "model")
+    rewrite_head(
+        diverged,
+        lambda model, _: [p.data.fill_(float("nan")) for p in trained_head(model).parameters()],
+    )
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        run_evaluate(
+            workdir,
+            workdir / "results/split/train.parquet",
+            tmp_path / "evaluate",
+            {"strategy": "stratified"},
+            model=diverged,
+        )
+    rows = pl.read_parquet(workdir / "results/serialize/validation.parquet").height
+    assert failed.value.returncode == 2
+    assert (
+        f"{diverged}: {rows} of the {rows} validation rows get logits that are not finite"
+        in failed.value.stderr
     )
 
 
@@ -1094,7 +1156,7 @@ def test_registered_model_loads_and_gives_predicts_output_on_the_test_split(trai
     assert set(EVIDENCE_COLUMNS) <= set(answer)
     for name, path in (("test", test_records), ("new", config["predict"]["inputs"]["new"])):
         served = model.predict(raw_records_as_text(Path(path)))
-        assert len(served) == test.height if name == "test" else 4
+        assert len(served) == (test.height if name == "test" else 4)
         assert_served_equals_predict(served, workdir, name)
 
 

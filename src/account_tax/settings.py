@@ -80,11 +80,14 @@ def complete(
 
 def config_problem(error: jsonschema.exceptions.ValidationError) -> str:
     """The problem in words, with the allowed keys where an unknown one was given (jsonschema's
-    message names only the unexpected key)."""
+    message names only the unexpected key), and the schema's `patternInWords` where a value does
+    not fit a pattern (jsonschema's message gives the regular expression)."""
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))
         return f"unknown key {', '.join(map(repr, unknown))}; allowed keys: {', '.join(allowed)}"
+    if error.validator == "pattern" and "patternInWords" in error.schema:
+        return f"{error.instance!r} is not allowed: {error.schema['patternInWords']}"
     return error.message
 
 

@@ -1,9 +1,13 @@
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
 
+import account_tax.backtest.periods
 import account_tax.code_hash
+import account_tax.data.serialize
+import account_tax.data.split
 import account_tax.evaluation.ledger_rules
 import account_tax.training.sweep
 
@@ -15,6 +19,7 @@ from account_tax.io import resolve_input
 from account_tax.data.spec import DataSpec
 from account_tax.settings import complete
 from account_tax.workflow_run import (
+    check_configured_uri,
     close_abandoned_run,
     finish_run,
     redact_command,
@@ -34,9 +39,51 @@ WORKFLOW_ROOT = Path(
 ).parents[1]
 
 
+# The conda envs install this checkout from here (envs/*.yaml): conda runs their pip step in the
+# copy of the env file that Snakemake makes under .snakemake/conda, where a path relative to
+# envs/ would name another folder.
+os.environ.update(ACCOUNT_TAX_ROOT=str(WORKFLOW_ROOT))
+
+
 def workflow_file(path):
     """A path relative to the working directory, else to the workflow (its own config files)."""
     return path if Path(path).exists() else str(WORKFLOW_ROOT / path)
+
+
+def check_keys_across_sections(data_spec):
+    """Settings that are wrong together with others, which the schema cannot say: a DataError
+    of one line naming them."""
+    amount = config["evaluate"]["amount_column"]
+    if amount and amount not in config["data"]["columns"]["numeric"]:
+        raise DataError(
+            f"config `evaluate.amount_column`: {amount!r} is not among the data's numeric"
+            f" columns (data.columns.numeric: {config['data']['columns']['numeric']})"
+        )
+    init_from = config["train"]["init_from"]
+    if init_from != "none" and not config["data"]["columns"]["id"]:
+        raise DataError(
+            "config `train.init_from` needs `data.columns.id`: a warm start keeps the records"
+            " its model learned in train by their ids, and a row number names another record"
+            " once the ledger is sorted or cut otherwise"
+        )
+    if init_from not in ("none", "champion") and Path(
+        init_from
+    ).resolve().is_relative_to(Path("results").resolve()):
+        raise DataError(
+            f"config `train.init_from`: {init_from!r} is under results/, which this run writes"
+            " (its training replaces the model it would start from); copy the model folder"
+            " elsewhere, e.g. models/, and name that"
+        )
+    if config["backtest"]["date_column"]:
+        account_tax.backtest.periods.date_column(
+            data_spec,
+            account_tax.backtest.periods.BacktestSettings.of(config["backtest"]),
+        )
+    if config["register"]["candidate_alias"] == config["register"]["champion_alias"]:
+        raise DataError(
+            "config `register`: candidate_alias and champion_alias are the same alias,"
+            " which every new version would take without the champion comparison"
+        )
 
 
 # The one place the config is checked: a wrong key, type or value stops the run before any job,
@@ -44,10 +91,19 @@ def workflow_file(path):
 # The chart of accounts (data.classes) is read with it, so that its errors come before any job.
 try:
     config.update(complete(config, whole=True))
+    data_spec = DataSpec.from_config(config)
     account_tax.evaluation.ledger_rules.rule_columns(
-        DataSpec.from_config(config),
+        data_spec,
         account_tax.evaluation.ledger_rules.RuleSettings.of(config["review"]["rules"]),
     )
+    account_tax.data.split.check_settings(
+        data_spec, account_tax.data.split.SplitSettings.of(config["split"])
+    )
+    account_tax.data.serialize.check_fields(
+        data_spec, account_tax.data.serialize.SerializeSettings.of(config["serialize"])
+    )
+    check_configured_uri(config["tracking"]["tracking_uri"])
+    check_keys_across_sections(data_spec)
     config["train"]["deepspeed_config"] = workflow_file(
         config["train"]["deepspeed_config"]
     )
@@ -116,20 +172,38 @@ UPLOAD_RULES = {"upload_checkpoints", "upload_model", "retain"}
 
 
 def check_uploads_can_run():
-    """Called before any job runs: when uploads are among the jobs, S3 must have credentials, an
-    endpoint that answers and the bucket, else the run stops at once saying what to set.
+    """Called before any job runs: when uploads are among the jobs, the experiment's name must
+    fit in an S3 key and S3 must have credentials, an endpoint that answers and the bucket, else
+    the run stops at once saying what to set.
     """
     if not any(job.rule.name in UPLOAD_RULES for job in workflow.dag.needrun_jobs()):
         return
-    from account_tax.storage.s3 import UploadSettings, unusable_store
+    from account_tax.storage.s3 import UploadSettings, unusable_key_part, unusable_store
 
+    experiment = config["tracking"]["experiment"]
+    if unusable_key_part(experiment):
+        raise WorkflowError(
+            f"uploads are on (upload.enabled), and tracking.experiment {experiment!r} cannot"
+            " name a folder of S3 keys (a `/`, `.` or `..`): name the experiment without them,"
+            " or set `upload: {enabled: false}`"
+        )
     problem = unusable_store(UploadSettings.of(config["upload"]))
     if problem:
         raise WorkflowError(
             f"uploads are on (upload.enabled) but S3 cannot take them: {problem}. Set"
             " AWS_ENDPOINT_URL (a server other than AWS), AWS_ACCESS_KEY_ID and"
-            " AWS_SECRET_ACCESS_KEY (or AWS_PROFILE); or run `make run CONFIG=<your config>`,"
-            " which starts a local S3 server; or set `upload: {enabled: false}` in your config"
+            " AWS_SECRET_ACCESS_KEY (or AWS_PROFILE); or run `make run CONFIG=<your config>`"
+            " without them, which starts a local S3 server; or set `upload: {enabled: false}`"
+            " in your config"
+        )
+
+
+def check_backtest_can_run():
+    """Called before any job runs: a backtest among the jobs needs dated records with ids."""
+    if any(job.rule.name == "backtest_variant" for job in workflow.dag.needrun_jobs()):
+        account_tax.backtest.periods.date_column(
+            data_spec,
+            account_tax.backtest.periods.BacktestSettings.of(config["backtest"]),
         )
 
 
@@ -350,11 +424,14 @@ def predict_inputs(wildcards):
 
 
 def register_inputs(wildcards):
-    """The prediction path, and the test split it is judged by."""
+    """The prediction path, the test predictions it is judged by, and the records of the splits
+    (the input example: test's, else the next that has rows)."""
     return {
         **prediction_path_inputs(),
         "test_predictions": "results/evaluate/test_predictions.parquet",
-        "test_records": "results/split/test.parquet",
+        "split_records": expand(
+            "results/split/{split}.parquet", split=("test", "validation", "train")
+        ),
     }
 
 
