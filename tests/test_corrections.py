@@ -541,15 +541,27 @@ def test_review_times_a_spreadsheet_saved_in_its_locales_form_order_the_correcti
     assert corrected.filter(pl.col("entry_id") == "E00001")["account"].to_list() == ["4210"]
 
 
-def test_slashed_dates_that_read_in_either_order_are_not_guessed(ledger, tmp_path):
-    """3/5/2024 is the 3rd of May or the 5th of March: with no date in its column that settles
-    the order, the row is a reject with the date in its reason, not a record on a guessed date or
-    a correction at a guessed time."""
+@pytest.mark.parametrize(
+    ("record_date", "review_time"),
+    [
+        # 3/5/2024 is the 3rd of May or the 5th of March: no date in its column settles the order.
+        ("3/5/2024", "3/5/2026"),
+        # A spreadsheet that shortens years: no four-digit form reads them as they were.
+        ("15/03/24", "24/03/15"),
+    ],
+    ids=["slashed-either-order", "two-digit-year"],
+)
+def test_dates_that_cannot_be_read_as_written_are_rejects_not_guesses(
+    ledger, tmp_path, record_date, review_time
+):
+    """A new record on such a date is a reject with the date in its reason, not a record on a
+    guessed date (or in the year 24); a review time on one is a reject, not a correction at a
+    guessed time (or in the year 15, which a later correction of the record would beat)."""
     spec, records = ledger
     rows = [
-        ledger_row(500, date="3/5/2024") | {"reviewed_at": ""},
+        ledger_row(500, date=record_date) | {"reviewed_at": ""},
         ledger_row(501, date="2024-03-15") | {"reviewed_at": ""},
-        ledger_row(1, account="4210") | {"reviewed_at": "3/5/2026"},
+        ledger_row(1, account="4210") | {"reviewed_at": review_time},
     ]
     corrections_file(tmp_path / "reviewed.csv", rows)
 
@@ -557,29 +569,8 @@ def test_slashed_dates_that_read_in_either_order_are_not_guessed(ledger, tmp_pat
 
     assert (counts.added, counts.applied, counts.rejected) == (1, 0, 2)
     assert sorted(pl.read_parquet(tmp_path / "rejects.parquet")[REASON].to_list()) == [
-        "unparseable date (format %Y-%m-%d) in column 'date': '3/5/2024'",
-        "unparseable time in column 'reviewed_at': '3/5/2026' (an ISO date or time)",
-    ]
-
-
-def test_two_digit_years_are_not_read_as_the_first_century(ledger, tmp_path):
-    """A spreadsheet that shortens years (15/03/24, 24/03/15) gives dates no four-digit form reads
-    as they were: a new record on one is a reject, not a record of the year 24, and a review time
-    on one is a reject, not the year 15 that a later correction of the record would beat."""
-    spec, records = ledger
-    rows = [
-        ledger_row(500, date="15/03/24") | {"reviewed_at": ""},
-        ledger_row(501, date="2024-03-15") | {"reviewed_at": ""},
-        ledger_row(1, account="4210") | {"reviewed_at": "24/03/15"},
-    ]
-    corrections_file(tmp_path / "reviewed.csv", rows)
-
-    counts = apply_in(tmp_path, records, [tmp_path / "reviewed.csv"], spec)
-
-    assert (counts.added, counts.applied, counts.rejected) == (1, 0, 2)
-    assert sorted(pl.read_parquet(tmp_path / "rejects.parquet")[REASON].to_list()) == [
-        "unparseable date (format %Y-%m-%d) in column 'date': '15/03/24'",
-        "unparseable time in column 'reviewed_at': '24/03/15' (an ISO date or time)",
+        f"unparseable date (format %Y-%m-%d) in column 'date': '{record_date}'",
+        f"unparseable time in column 'reviewed_at': '{review_time}' (an ISO date or time)",
     ]
 
 
