@@ -303,6 +303,29 @@ def test_a_warm_start_without_record_ids_stops_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def test_a_warm_start_from_a_registry_that_does_not_answer_stops_before_any_job(tmp_path):
+    """The workflow asks the registry which version holds the champion alias as it plans (a
+    moved champion is fetched again): a server that does not answer stops it with the reason,
+    its address without the password."""
+    config = ledger_config(tmp_path / "ledger.csv")
+    config["train"] = {"init_from": "champion"}
+    config["upload"] = {"enabled": False}
+    small_ledger(tmp_path / "ledger.csv")
+    (port,) = free_ports(1)
+    env = {
+        "MLFLOW_TRACKING_URI": f"http://reviewer:pw-4b1e9d@127.0.0.1:{port}",
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
+    }
+    result = snakemake(tmp_path, "-n", config=config, env=env, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "train.init_from: champion: the Model Registry did not answer" in output
+    assert f"http://127.0.0.1:{port}/api/" in output
+    assert "pw-4b1e9d" not in output
+    assert not (tmp_path / "results").exists()
+
+
 def test_a_backtest_of_undated_records_stops_before_any_job(tmp_path):
     """The bundled data has no date column: `snakemake backtest` says so before it cleans."""
     columns = {role: column for role, column in LEDGER_COLUMNS.items() if role != "date"}

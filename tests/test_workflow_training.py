@@ -1371,6 +1371,17 @@ def test_a_warm_start_from_the_champion_keeps_its_ids_and_learns_the_corrections
         held_out = pl.read_parquet(copy / f"results/serialize/{name}.parquet")
         assert held_out.height > 0 and not set(held_out["id"]) & set(learned["id"])
 
+    # The next run fetches the champion again only once the alias has moved.
+    target = "results/train/segment-2/metrics.json"
+    assert jobs_run(snakemake(copy, target, "-n", config=warm, env=server.env())) == {}
+    moved = client.create_model_version("account-tax", version.source, version.run_id)
+    client.set_registered_model_alias("account-tax", "champion", moved.version)
+    planned = jobs_run(snakemake(copy, target, "-n", config=warm, env=server.env()))
+    assert {"init_model", "train"} <= set(planned)
+    snakemake(copy, "results/init/model", config=warm, env=server.env())
+    log = (copy / "logs/init_model.log").read_text()
+    assert f"champion version {moved.version} of account-tax fetched" in log
+
 
 def test_an_onnx_model_that_passes_its_check_predicts_as_pytorch_does(trained, tmp_path):
     """`predict.runtime: onnx`: the export_onnx rule exports the fine-tuned model and checks it

@@ -270,6 +270,27 @@ def init_model():
     return {"init_model": INIT_MODEL if init_from == "champion" else init_from}
 
 
+def champion_version(wildcards):
+    """The registered version that holds the champion alias now, a param of init_model: a
+    champion moved since the last fetch is fetched again, and an unmoved one is not."""
+    from account_tax.tracking.champion import RegisterSettings, current_version
+    from account_tax.workflow_run import client, tracking_uri, without_userinfo
+
+    register = RegisterSettings.of(config["register"])
+    uri = tracking_uri(Path(RUN_FILE).parent, config["tracking"]["tracking_uri"])
+    if uri.startswith("sqlite:") and not Path(uri.removeprefix("sqlite:///")).exists():
+        return "none"
+    try:
+        version = current_version(client(uri), register.name, register.champion_alias)
+    except Exception as error:
+        # Not the URI itself: it may hold a token.
+        reason = str(error).replace(uri, without_userinfo(uri))
+        raise WorkflowError(
+            f"train.init_from: champion: the Model Registry did not answer ({reason})"
+        ) from None
+    return "none" if version is None else f"{version.version} (run {version.run_id})"
+
+
 def train_inputs():
     return {
         "train": "results/serialize/train.parquet",

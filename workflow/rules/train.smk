@@ -22,6 +22,7 @@ rule init_model:
         tracking=RUN_FILE,
         settings=settings("register"),
         paths=path_options(),
+        champion=champion_version,
     shell:
         "python {params.script} --settings {params.settings:q} {params.paths}"
         " --tracking {params.tracking} > {log} 2>&1"
