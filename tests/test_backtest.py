@@ -163,6 +163,10 @@ def test_every_period_is_predicted_and_every_record_posted_or_reviewed(backteste
     reviewed = pl.read_parquet(runs[1] / "results/predict/period.review.parquet")
     known = "4400" in {*april["account"], *reviewed["account"]}
     assert table["new_accounts"].to_list() == [0, 1, 0 if known else 1]
+    for run, row in zip(runs, table.iter_rows(named=True), strict=True):
+        predicted = pl.read_parquet(run / "results/predict/period.parquet")
+        assert row["auto_rows"] == (predicted["decision"] == "auto").sum()
+        assert row["rule_auto_rows"] == (predicted["decision_reason"] == "ledger_rule").sum()
     wrong = table["auto_rows"] - (table["auto_rows"] * table["posted_precision"].fill_null(0))
     assert (table["posted_wrong_new_accounts"] <= wrong.round()).all()
     # Where the fitted threshold kept the target (0.8), the best threshold in hindsight posts at

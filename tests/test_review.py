@@ -8,6 +8,7 @@ from account_tax.evaluation.review import (
     REVIEW,
     auto_threshold,
     coverage,
+    decision_reasons,
     decisions,
     highest_supported_target,
     precision_lower_bound,
@@ -44,6 +45,36 @@ def test_a_float32_confidence_is_posted_as_a_float64_reader_compares_it():
     confidence = np.array([0.7, 0.70000005], dtype=np.float32)
     assert list(decisions(confidence, 0.7)) == [REVIEW, AUTO]
     assert list(decisions(confidence, float(np.float32(0.7)))) == [AUTO, AUTO]
+
+
+def test_each_decision_says_why():
+    """The threshold posts what reaches it, a trusted ledger rule what it confirms below it, and
+    nothing novel is posted, whatever posts it otherwise."""
+    confidence = np.array([0.9, 0.9, 0.5, 0.5, 0.5, 0.9])
+    confirmed = np.array([False, True, True, False, True, True])
+    novel = np.array([False, False, False, False, True, True])
+    reasons = decision_reasons(confidence, 0.8, novel, confirmed)
+    assert list(reasons) == [
+        "threshold",
+        "threshold",
+        "ledger_rule",
+        "below_threshold",
+        "novel",
+        "novel",
+    ]
+    assert list(decisions(confidence, 0.8, novel, confirmed)) == [AUTO] * 3 + [REVIEW] * 3
+    # Without a threshold only a rule posts.
+    assert list(decision_reasons(confidence, None, novel, confirmed)) == [
+        "no_threshold",
+        "ledger_rule",
+        "ledger_rule",
+        "no_threshold",
+        "novel",
+        "novel",
+    ]
+    assert (
+        list(decisions(confidence, None, novel, confirmed)) == [REVIEW] + [AUTO] * 2 + [REVIEW] * 3
+    )
 
 
 def test_rows_right_as_often_as_the_target_support_a_lower_one():

@@ -303,8 +303,12 @@ def test_predictions_for_new_records_with_rejects(trained):
         assert row["confidence"] == probabilities[0]
         assert row["auto_threshold"] == threshold
         assert row["candidate"] == shipped["candidate"]
-        posted = threshold is not None and row["confidence"] >= threshold and not row["novel"]
+        confident = threshold is not None and row["confidence"] >= threshold
+        posted = confident and not row["novel"]
         assert row["decision"] == ("auto" if posted else "review")
+        reached = "threshold" if confident else "below_threshold"
+        why = "no_threshold" if threshold is None else reached
+        assert row["decision_reason"] == ("novel" if row["novel"] else why)
         # The evidence: the nearest training records in the shipped candidate's index.
         assert len(row["evidence_ids"]) == len(row["evidence_accounts"]) == 3
         assert set(row["evidence_accounts"]) <= labels
@@ -611,16 +615,20 @@ def test_a_trusted_ledger_rule_posts_the_suggestion_it_confirms(trained, tmp_pat
             RULE_BOOKINGS: [4, 2, 5],
         }
     )
+    assert alone["decision_reason"].to_list() == [
+        "novel" if novel else "no_threshold" for novel in alone["novel"]
+    ]
     confirmed, review = predict(LedgerRules(rules, trusted=True))
     assert confirmed["decision"].to_list() == ["auto", "review", "review"]
+    reasons = ["ledger_rule", *alone["decision_reason"].to_list()[1:]]
+    assert confirmed["decision_reason"].to_list() == reasons
     assert confirmed["rule_account"].to_list() == [suggested["E00600"], other, None]
     assert confirmed["rule_bookings"].to_list() == [4, 2, None]
     assert review["id"].sort().to_list() == ["E00601", "E00602"]
     assert review["rule_account"].sort().to_list() == [None, other]
     # The rest of each row is what the model said alone.
-    assert confirmed.drop("decision", "rule_account", "rule_bookings").equals(
-        alone.drop("decision", "rule_account", "rule_bookings")
-    )
+    ruled = ("decision", "decision_reason", "rule_account", "rule_bookings")
+    assert confirmed.drop(ruled).equals(alone.drop(ruled))
     shown, review = predict(LedgerRules(rules, trusted=False))
     assert (shown["decision"] == "review").all() and review.height == 3
     assert shown["rule_account"].to_list() == confirmed["rule_account"].to_list()
@@ -1152,7 +1160,14 @@ def test_registered_model_loads_and_gives_predicts_output_on_the_test_split(trai
     assert {c["required"] for name, c in columns.items() if name != "account"} == {True}
     assert model.metadata.get_input_schema() is None
     answer = model.metadata.get_output_schema().input_names()
-    assert {"source_row", "predicted_label", "confidence", "decision", "reason"} <= set(answer)
+    assert {
+        "source_row",
+        "predicted_label",
+        "confidence",
+        "decision",
+        "decision_reason",
+        "reason",
+    } <= set(answer)
     assert set(EVIDENCE_COLUMNS) <= set(answer)
     for name, path in (("test", test_records), ("new", config["predict"]["inputs"]["new"])):
         served = model.predict(raw_records_as_text(Path(path)))

@@ -32,7 +32,14 @@ from account_tax.data.spec import NOVEL, DataSpec
 from account_tax.errors import DataError
 from account_tax.evaluation.assessment import BASELINE, ENSEMBLE, MODEL
 from account_tax.evaluation.predict import AUTO_THRESHOLD, Candidate, check_record_columns
-from account_tax.evaluation.review import AUTO, DECISION, decisions, precision_coverage_curve
+from account_tax.evaluation.review import (
+    AUTO,
+    DECISION,
+    DECISION_REASON,
+    LEDGER_RULE,
+    decisions,
+    precision_coverage_curve,
+)
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, PREDICTED_LABEL
 from account_tax.io import PACKAGE_PREFIX
@@ -301,10 +308,7 @@ def score_period(
     auto = predictions.filter(pl.col(DECISION) == AUTO)
     review = predictions.height - auto.height
     right = auto.filter(pl.col(PREDICTED_LABEL) == pl.col(spec.label)).height
-    # Posted below the threshold: a trusted ledger rule confirmed them.
-    by_rule = auto.filter(
-        pl.col(AUTO_THRESHOLD).is_null() | (pl.col(CONFIDENCE) < pl.col(AUTO_THRESHOLD))
-    ).height
+    by_rule = auto.filter(pl.col(DECISION_REASON) == LEDGER_RULE).height
     # What the novelty rule held back: the novel records that the threshold alone would post.
     held = predictions.filter(pl.col(NOVEL) & (pl.col(CONFIDENCE) >= pl.col(AUTO_THRESHOLD)))
     held_right = held.filter(pl.col(PREDICTED_LABEL) == pl.col(spec.label)).height

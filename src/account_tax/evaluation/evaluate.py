@@ -60,7 +60,13 @@ from account_tax.evaluation.plots import (
     plot_training_curves,
 )
 from account_tax.evaluation.predict import CANDIDATE
-from account_tax.evaluation.review import DECISION, TrackRecord, decisions
+from account_tax.evaluation.review import (
+    DECISION,
+    DECISION_REASON,
+    TrackRecord,
+    decision_of,
+    decision_reasons,
+)
 from account_tax.evaluation.shipped import ShippedCandidate
 from account_tax.evaluation.tables import CONFIDENCE, PREDICTED_LABEL_ID, predictions_frame
 from account_tax.evaluation.unseen_classes import (
@@ -227,8 +233,13 @@ def evaluate(
         pl.lit(shipped.candidate).alias(CANDIDATE),
         *shipped_evidence(pipeline, shipped, indexes, vectors, neighbours, test, labels),
     )
-    decided = decisions(test[CONFIDENCE].to_numpy(), shipped.threshold, test[NOVEL].to_numpy())
-    test = test.with_columns(pl.Series(DECISION, decided, dtype=pl.String))
+    reasons = decision_reasons(
+        test[CONFIDENCE].to_numpy(), shipped.threshold, test[NOVEL].to_numpy()
+    )
+    test = test.with_columns(
+        pl.Series(DECISION, decision_of(reasons), dtype=pl.String),
+        pl.Series(DECISION_REASON, reasons, dtype=pl.String),
+    )
     write_parquet(test, paths.predictions)
 
     draw_plots(paths, reports, test_scores, test, labels)

@@ -49,7 +49,13 @@ from account_tax.evaluation.prediction_parts import (
     chunk_range,
     gather_parts,
 )
-from account_tax.evaluation.review import DECISION, REVIEW, decisions
+from account_tax.evaluation.review import (
+    DECISION,
+    DECISION_REASON,
+    REVIEW,
+    decision_of,
+    decision_reasons,
+)
 from account_tax.evaluation.shipped import ShippedCandidate, read_shipped
 from account_tax.evaluation.tables import (
     CONFIDENCE,
@@ -92,7 +98,16 @@ BATCH_SIZE = 64
 
 
 PREDICT_OWN_COLUMNS = frozenset(
-    {SOURCE_ROW, ID, TEXT, DECISION, AUTO_THRESHOLD, *PREDICTION_COLUMNS, *PROVENANCE_COLUMNS}
+    {
+        SOURCE_ROW,
+        ID,
+        TEXT,
+        DECISION,
+        DECISION_REASON,
+        AUTO_THRESHOLD,
+        *PREDICTION_COLUMNS,
+        *PROVENANCE_COLUMNS,
+    }
 )
 """The columns predict writes of its own beside the record's."""
 
@@ -356,11 +371,11 @@ class Predictor:
         confirmed = None
         if self.rules is not None and self.rules.trusted:
             confirmed = (rows[RULE_ACCOUNT] == suggested).fill_null(False).to_numpy()
+        reasons = decision_reasons(confidence, threshold, novel, confirmed)
         predictions = rows.with_columns(
             *(column for column in predicted if column.name in PREDICTION_COLUMNS),
-            pl.Series(
-                DECISION, decisions(confidence, threshold, novel, confirmed), dtype=pl.String
-            ),
+            pl.Series(DECISION, decision_of(reasons), dtype=pl.String),
+            pl.Series(DECISION_REASON, reasons, dtype=pl.String),
             pl.lit(threshold, dtype=pl.Float64).alias(AUTO_THRESHOLD),
             *(
                 pl.lit(value, dtype=pl.String).alias(column)

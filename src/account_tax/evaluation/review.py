@@ -38,6 +38,12 @@ DECISION = "decision"
 """The column that holds a row's decision."""
 AUTO = "auto"
 REVIEW = "review"
+DECISION_REASON = "decision_reason"
+"""The column that says why: `threshold` or `ledger_rule` (posted), `novel`, `below_threshold`
+or `no_threshold` (reviewed)."""
+THRESHOLD = "threshold"
+LEDGER_RULE = "ledger_rule"
+POSTED_BY = (THRESHOLD, LEDGER_RULE)
 
 
 @dataclass(frozen=True)
@@ -138,27 +144,44 @@ def highest_supported_target(
     }
 
 
+def decision_reasons(
+    confidence: np.ndarray,
+    threshold: float | None,
+    novel: np.ndarray | None = None,
+    confirmed: np.ndarray | None = None,
+) -> np.ndarray:
+    """Why each row is posted or reviewed: `threshold` where the confidence reaches it,
+    `ledger_rule` where a trusted ledger rule `confirmed` the suggestion below it (see
+    `ledger_rules`); `novel` where the record is unlike any training record (see
+    `evidence.novelty_threshold`), never posted; else `below_threshold`, or `no_threshold`
+    where no threshold reaches the target precision."""
+    # In float64, as any reader of the written confidence compares: numpy would compare float32
+    # with the threshold rounded to float32, and post a row a float64 reader finds below it.
+    if threshold is None:
+        reasons = np.full(len(confidence), "no_threshold", dtype=object)
+    else:
+        confident = np.asarray(confidence, dtype=np.float64) >= threshold
+        reasons = np.where(confident, THRESHOLD, "below_threshold").astype(object)
+    if confirmed is not None:
+        reasons[(reasons != THRESHOLD) & np.asarray(confirmed, dtype=bool)] = LEDGER_RULE
+    if novel is not None:
+        reasons[np.asarray(novel, dtype=bool)] = "novel"
+    return reasons
+
+
+def decision_of(reasons: np.ndarray) -> np.ndarray:
+    """`auto` where the reason posts the row, `review` elsewhere."""
+    return np.where(np.isin(reasons, POSTED_BY), AUTO, REVIEW)
+
+
 def decisions(
     confidence: np.ndarray,
     threshold: float | None,
     novel: np.ndarray | None = None,
     confirmed: np.ndarray | None = None,
 ) -> np.ndarray:
-    """`auto` where the confidence reaches the threshold, or a trusted ledger rule `confirmed`
-    the suggestion (see `ledger_rules`), and the record is not novel (unlike any training
-    record: see `evidence.novelty_threshold`); `review` elsewhere."""
-    # In float64, as any reader of the written confidence compares: numpy would compare float32
-    # with the threshold rounded to float32, and post a row a float64 reader finds below it.
-    posted = (
-        np.zeros(len(confidence), dtype=bool)
-        if threshold is None
-        else np.asarray(confidence, dtype=np.float64) >= threshold
-    )
-    if confirmed is not None:
-        posted |= np.asarray(confirmed, dtype=bool)
-    if novel is not None:
-        posted &= ~np.asarray(novel, dtype=bool)
-    return np.where(posted, AUTO, REVIEW)
+    """`auto` or `review` for each row, by `decision_reasons`."""
+    return decision_of(decision_reasons(confidence, threshold, novel, confirmed))
 
 
 def coverage(
