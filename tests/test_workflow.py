@@ -303,7 +303,7 @@ def test_a_warm_start_without_record_ids_stops_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_a_warm_start_from_a_registry_that_does_not_answer_stops_before_any_job(tmp_path):
+def test_a_warm_start_from_a_registry_that_cannot_be_read_stops_before_any_job(tmp_path):
     """The workflow asks the registry which version holds the champion alias as it plans (a
     moved champion is fetched again): a server that does not answer stops it with the reason,
     its address without the password."""
@@ -320,7 +320,7 @@ def test_a_warm_start_from_a_registry_that_does_not_answer_stops_before_any_job(
     result = snakemake(tmp_path, "-n", config=config, env=env, check=False)
     output = result.stdout + result.stderr
     assert result.returncode != 0
-    assert "train.init_from: champion: the Model Registry did not answer" in output
+    assert "train.init_from: champion: the Model Registry could not be read" in output
     assert f"http://127.0.0.1:{port}/api/" in output
     assert "pw-4b1e9d" not in output
     assert not (tmp_path / "results").exists()

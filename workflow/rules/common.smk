@@ -286,7 +286,7 @@ def champion_version(wildcards):
         # Not the URI itself: it may hold a token.
         reason = str(error).replace(uri, without_userinfo(uri))
         raise WorkflowError(
-            f"train.init_from: champion: the Model Registry did not answer ({reason})"
+            f"train.init_from: champion: the Model Registry could not be read ({reason})"
         ) from None
     return "none" if version is None else f"{version.version} (run {version.run_id})"
 
